@@ -1,0 +1,423 @@
+#include "store/sqlite/sqlite_store.h"
+
+#include <sqlite3.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace delayd::store {
+namespace {
+
+// The schema. `jobs_due` is a partial index over delayed jobs only, keyed by
+// due minute then id: ids rise, so each minute is a single insertion front and
+// a batch dirties few index pages even when due times arrive in random order.
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  id         INTEGER PRIMARY KEY,
+  tube       TEXT    NOT NULL,
+  pri        INTEGER NOT NULL,
+  state      INTEGER NOT NULL,
+  due_ms     INTEGER NOT NULL,
+  due_min    INTEGER NOT NULL,
+  delay_ms   INTEGER NOT NULL,
+  ttr_ms     INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  reserves   INTEGER NOT NULL,
+  timeouts   INTEGER NOT NULL,
+  releases   INTEGER NOT NULL,
+  buries     INTEGER NOT NULL,
+  kicks      INTEGER NOT NULL,
+  body       BLOB    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_due ON jobs(due_min, id) WHERE state = 1;
+CREATE TABLE IF NOT EXISTS tubes (
+  name       TEXT PRIMARY KEY,
+  pause_ms   INTEGER NOT NULL,
+  unpause_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+  key   TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+);
+)sql";
+
+constexpr const char* kJobColumns =
+    "id, tube, pri, state, due_ms, delay_ms, ttr_ms, created_ms, reserves, timeouts, releases, "
+    "buries, kicks, body";
+
+Status SqlError(sqlite3* db, const char* what) {
+  return Status::IoError(std::string(what) + ": " + sqlite3_errmsg(db));
+}
+
+Status Exec(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    Status s = Status::IoError(std::string(sql).substr(0, 40) + ": " + (err ? err : "?"));
+    sqlite3_free(err);
+    return s;
+  }
+  return Status::Ok();
+}
+
+// A prepared statement, reset after each use.
+class Stmt {
+ public:
+  Stmt() = default;
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  ~Stmt() { sqlite3_finalize(stmt_); }
+
+  Status Prepare(sqlite3* db, const std::string& sql) {
+    db_ = db;
+    if (sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr) !=
+        SQLITE_OK) {
+      return SqlError(db, "prepare");
+    }
+    return Status::Ok();
+  }
+  sqlite3_stmt* get() { return stmt_; }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+  }
+  void BindBlob(int i, const std::string& v) {
+    sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+  }
+  // Runs a statement that returns no rows.
+  Status Run(const char* what) {
+    int rc = sqlite3_step(stmt_);
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    return rc == SQLITE_DONE ? Status::Ok() : SqlError(db_, what);
+  }
+  // Steps a query: true while there is a row; resets at the end or on error.
+  bool Step(Status* status) {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) *status = SqlError(db_, "query");
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    return false;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+JobRecord ReadJob(sqlite3_stmt* s) {
+  JobRecord j;
+  j.id = static_cast<uint64_t>(sqlite3_column_int64(s, 0));
+  j.tube.assign(reinterpret_cast<const char*>(sqlite3_column_text(s, 1)),
+                static_cast<size_t>(sqlite3_column_bytes(s, 1)));
+  j.priority = static_cast<uint32_t>(sqlite3_column_int64(s, 2));
+  j.state = static_cast<StoredState>(sqlite3_column_int(s, 3));
+  j.due_ms = sqlite3_column_int64(s, 4);
+  j.delay_ms = sqlite3_column_int64(s, 5);
+  j.ttr_ms = sqlite3_column_int64(s, 6);
+  j.created_ms = sqlite3_column_int64(s, 7);
+  j.counters.reserves = static_cast<uint32_t>(sqlite3_column_int64(s, 8));
+  j.counters.timeouts = static_cast<uint32_t>(sqlite3_column_int64(s, 9));
+  j.counters.releases = static_cast<uint32_t>(sqlite3_column_int64(s, 10));
+  j.counters.buries = static_cast<uint32_t>(sqlite3_column_int64(s, 11));
+  j.counters.kicks = static_cast<uint32_t>(sqlite3_column_int64(s, 12));
+  const void* body = sqlite3_column_blob(s, 13);
+  j.body.assign(static_cast<const char*>(body ? body : ""),
+                static_cast<size_t>(sqlite3_column_bytes(s, 13)));
+  return j;
+}
+
+Status OpenDb(const std::string& path, int cache_kib, sqlite3** db) {
+  int rc = sqlite3_open_v2(path.c_str(), db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    Status s = Status::IoError("open " + path + ": " + (*db ? sqlite3_errmsg(*db) : "?"));
+    sqlite3_close(*db);
+    *db = nullptr;
+    return s;
+  }
+  sqlite3_busy_timeout(*db, 5000);
+  std::string pragmas = "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA cache_size=-" +
+                        std::to_string(cache_kib) + ";";
+  return Exec(*db, pragmas.c_str());
+}
+
+}  // namespace
+
+// The prepared statements of one connection.
+class SqliteStore::Statements {
+ public:
+  Stmt insert, update, remove, pause, set_next_id;  // writer
+  Stmt get, load_minute, far_delayed;               // reader
+
+  Status PrepareWriter(sqlite3* db) {
+    Status s = insert.Prepare(db, std::string("INSERT INTO jobs (") + kJobColumns +
+                                      ", due_min) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    if (s.ok())
+      s = update.Prepare(db,
+                         "UPDATE jobs SET pri=?2, state=?3, due_ms=?4, due_min=?5, delay_ms=?6, "
+                         "reserves=?7, timeouts=?8, releases=?9, buries=?10, kicks=?11 WHERE id=?1");
+    if (s.ok()) s = remove.Prepare(db, "DELETE FROM jobs WHERE id=?");
+    if (s.ok())
+      s = pause.Prepare(db, "INSERT OR REPLACE INTO tubes (name, pause_ms, unpause_ms) VALUES (?,?,?)");
+    if (s.ok())
+      s = set_next_id.Prepare(db, "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_id', ?)");
+    return s;
+  }
+  Status PrepareReader(sqlite3* db) {
+    Status s = get.Prepare(db, std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id=?");
+    if (s.ok())
+      s = load_minute.Prepare(db, std::string("SELECT ") + kJobColumns +
+                                      " FROM jobs WHERE state=1 AND due_min=? AND id>? "
+                                      "ORDER BY id LIMIT ?");
+    if (s.ok())
+      s = far_delayed.Prepare(db, std::string("SELECT ") + kJobColumns +
+                                      " FROM jobs WHERE state=1 AND due_min>? AND tube=? "
+                                      "ORDER BY due_ms, id LIMIT ?");
+    return s;
+  }
+};
+
+SqliteStore::SqliteStore(SqliteOptions options, Executor executor)
+    : options_(std::move(options)), executor_(std::move(executor)) {}
+
+Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteOptions options, Executor executor) {
+  std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(options), std::move(executor)));
+  Status s = OpenDb(store->options_.path, store->options_.write_cache_kib, &store->write_db_);
+  if (s.ok()) s = Exec(store->write_db_, kSchema);
+  // A damaged file shows up here rather than at the first write.
+  if (s.ok()) s = Exec(store->write_db_, "SELECT count(*) FROM meta");
+  if (s.ok()) s = OpenDb(store->options_.path, store->options_.read_cache_kib, &store->read_db_);
+  if (!s.ok()) return s;
+  store->write_stmts_ = std::make_unique<Statements>();
+  store->read_stmts_ = std::make_unique<Statements>();
+  s = store->write_stmts_->PrepareWriter(store->write_db_);
+  if (s.ok()) s = store->read_stmts_->PrepareReader(store->read_db_);
+  if (!s.ok()) return s;
+  store->writer_ = std::thread([p = store.get()] { p->WriterLoop(); });
+  return store;
+}
+
+SqliteStore::~SqliteStore() {
+  Close();
+  write_stmts_.reset();
+  read_stmts_.reset();
+  sqlite3_close(write_db_);
+  sqlite3_close(read_db_);
+}
+
+Result<Recovered> SqliteStore::Recover(int64_t horizon_minute) {
+  Recovered r;
+  Status status;
+  {
+    Stmt q;
+    Status s = q.Prepare(read_db_, std::string("SELECT ") + kJobColumns +
+                                       " FROM jobs WHERE state<>1 OR due_min<=? ORDER BY id");
+    if (!s.ok()) return s;
+    q.Bind(1, horizon_minute);
+    while (q.Step(&status)) r.jobs.push_back(ReadJob(q.get()));
+    if (!status.ok()) return status;
+  }
+  {
+    Stmt q;
+    Status s = q.Prepare(read_db_,
+                         "SELECT tube, count(*) FROM jobs WHERE state=1 AND due_min>? GROUP BY tube");
+    if (!s.ok()) return s;
+    q.Bind(1, horizon_minute);
+    while (q.Step(&status)) {
+      r.far.push_back({reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 0)),
+                       static_cast<uint64_t>(sqlite3_column_int64(q.get(), 1))});
+    }
+    if (!status.ok()) return status;
+  }
+  {
+    Stmt q;
+    Status s = q.Prepare(read_db_, "SELECT name, pause_ms, unpause_ms FROM tubes");
+    if (!s.ok()) return s;
+    while (q.Step(&status)) {
+      r.pauses.push_back({reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 0)),
+                          sqlite3_column_int64(q.get(), 1), sqlite3_column_int64(q.get(), 2)});
+    }
+    if (!status.ok()) return status;
+  }
+  {
+    Stmt q;
+    Status s = q.Prepare(read_db_,
+                         "SELECT max(coalesce((SELECT value FROM meta WHERE key='next_id'), 1), "
+                         "coalesce((SELECT max(id) FROM jobs), 0) + 1)");
+    if (!s.ok()) return s;
+    if (q.Step(&status)) {
+      r.next_id = static_cast<uint64_t>(sqlite3_column_int64(q.get(), 0));
+      while (q.Step(&status)) {
+      }
+    }
+    if (!status.ok()) return status;
+  }
+  return r;
+}
+
+void SqliteStore::Submit(Mutation m, Done done) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      // Nothing is accepted after Close(); tell the caller rather than drop it.
+      executor_([done = std::move(done)] { done(Status::Unavailable("store closed")); });
+      return;
+    }
+    queue_.push_back({std::move(m), std::move(done)});
+  }
+  cv_.notify_one();
+}
+
+void SqliteStore::WriterLoop() {
+  for (;;) {
+    std::deque<Pending> batch;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything is applied
+      if (queue_.size() <= options_.max_batch) {
+        batch.swap(queue_);
+      } else {
+        auto end = queue_.begin() + static_cast<std::ptrdiff_t>(options_.max_batch);
+        batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(end));
+        queue_.erase(queue_.begin(), end);
+      }
+    }
+    Status s = ApplyBatch(batch);
+    if (!s.ok()) spdlog::error("store: batch of {} failed: {}", batch.size(), s.ToString());
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.batches;
+      stats_.mutations += batch.size();
+    }
+    executor_([batch = std::make_shared<std::deque<Pending>>(std::move(batch)), s] {
+      for (auto& p : *batch) p.done(s);
+    });
+  }
+}
+
+Status SqliteStore::ApplyBatch(std::deque<Pending>& batch) {
+  Statements& st = *write_stmts_;
+  Status s = Exec(write_db_, "BEGIN IMMEDIATE");
+  if (!s.ok()) return s;
+  uint64_t max_id = 0;
+  for (auto& p : batch) {
+    const Mutation& m = p.mutation;
+    const JobRecord& j = m.job;
+    switch (m.kind) {
+      case Mutation::Kind::kInsert:
+        st.insert.Bind(1, static_cast<int64_t>(j.id));
+        st.insert.Bind(2, j.tube);
+        st.insert.Bind(3, j.priority);
+        st.insert.Bind(4, static_cast<int64_t>(j.state));
+        st.insert.Bind(5, j.due_ms);
+        st.insert.Bind(6, j.delay_ms);
+        st.insert.Bind(7, j.ttr_ms);
+        st.insert.Bind(8, j.created_ms);
+        st.insert.Bind(9, j.counters.reserves);
+        st.insert.Bind(10, j.counters.timeouts);
+        st.insert.Bind(11, j.counters.releases);
+        st.insert.Bind(12, j.counters.buries);
+        st.insert.Bind(13, j.counters.kicks);
+        st.insert.BindBlob(14, j.body);
+        st.insert.Bind(15, DueMinute(j.due_ms));
+        s = st.insert.Run("insert job");
+        max_id = std::max(max_id, j.id);
+        break;
+      case Mutation::Kind::kUpdate:
+        st.update.Bind(1, static_cast<int64_t>(j.id));
+        st.update.Bind(2, j.priority);
+        st.update.Bind(3, static_cast<int64_t>(j.state));
+        st.update.Bind(4, j.due_ms);
+        st.update.Bind(5, DueMinute(j.due_ms));
+        st.update.Bind(6, j.delay_ms);
+        st.update.Bind(7, j.counters.reserves);
+        st.update.Bind(8, j.counters.timeouts);
+        st.update.Bind(9, j.counters.releases);
+        st.update.Bind(10, j.counters.buries);
+        st.update.Bind(11, j.counters.kicks);
+        s = st.update.Run("update job");
+        break;
+      case Mutation::Kind::kDelete:
+        st.remove.Bind(1, static_cast<int64_t>(m.id));
+        s = st.remove.Run("delete job");
+        break;
+      case Mutation::Kind::kPauseTube:
+        st.pause.Bind(1, m.tube);
+        st.pause.Bind(2, m.pause_ms);
+        st.pause.Bind(3, m.unpause_ms);
+        s = st.pause.Run("pause tube");
+        break;
+    }
+    if (!s.ok()) break;
+  }
+  // The id high-water mark survives even when the newest jobs are deleted, so
+  // ids never repeat across restarts.
+  if (s.ok() && max_id >= next_id_floor_) {
+    next_id_floor_ = max_id + 1;
+    st.set_next_id.Bind(1, static_cast<int64_t>(next_id_floor_));
+    s = st.set_next_id.Run("set next id");
+  }
+  if (s.ok()) s = Exec(write_db_, "COMMIT");
+  if (!s.ok()) {
+    Status rollback = Exec(write_db_, "ROLLBACK");
+    (void)rollback;  // the batch already failed; a failed rollback adds nothing
+  }
+  return s;
+}
+
+Result<std::optional<JobRecord>> SqliteStore::Get(uint64_t id) {
+  Stmt& q = read_stmts_->get;
+  q.Bind(1, static_cast<int64_t>(id));
+  Status status;
+  std::optional<JobRecord> out;
+  while (q.Step(&status)) out = ReadJob(q.get());
+  if (!status.ok()) return status;
+  return out;
+}
+
+Result<std::vector<JobRecord>> SqliteStore::LoadMinute(int64_t minute, uint64_t after_id,
+                                                       size_t limit) {
+  Stmt& q = read_stmts_->load_minute;
+  q.Bind(1, minute);
+  q.Bind(2, static_cast<int64_t>(after_id));
+  q.Bind(3, static_cast<int64_t>(limit));
+  Status status;
+  std::vector<JobRecord> out;
+  while (q.Step(&status)) out.push_back(ReadJob(q.get()));
+  if (!status.ok()) return status;
+  return out;
+}
+
+Result<std::vector<JobRecord>> SqliteStore::FarDelayed(const std::string& tube,
+                                                       int64_t after_minute, size_t limit) {
+  Stmt& q = read_stmts_->far_delayed;
+  q.Bind(1, after_minute);
+  q.Bind(2, tube);
+  q.Bind(3, static_cast<int64_t>(limit));
+  Status status;
+  std::vector<JobRecord> out;
+  while (q.Step(&status)) out.push_back(ReadJob(q.get()));
+  if (!status.ok()) return status;
+  return out;
+}
+
+StoreStats SqliteStore::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void SqliteStore::Close() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !writer_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (writer_.joinable()) writer_.join();
+}
+
+}  // namespace delayd::store

@@ -1,0 +1,76 @@
+// SqliteStore: the embedded Store. One file `delayd.db` in the data dir, WAL
+// mode with synchronous=FULL, so a commit is on disk when it returns.
+//
+// Threads: one writer thread owns the write connection and applies queued
+// mutations in batches (group commit: one transaction, one sync per batch).
+// Reads use a second connection and must come from one thread (the engine's).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "store/store.h"
+
+struct sqlite3;
+
+namespace delayd::store {
+
+struct SqliteOptions {
+  std::string path;              // the database file
+  size_t max_batch = 8192;       // mutations per transaction at most
+  int write_cache_kib = 32768;   // page cache of the write connection
+  int read_cache_kib = 8192;     // page cache of the read connection
+};
+
+class SqliteStore final : public Store {
+ public:
+  // Runs a closure on the thread that owns the engine.
+  using Executor = std::function<void(std::function<void()>)>;
+
+  // Opens (creating if needed) the database and starts the writer thread.
+  static Result<std::unique_ptr<SqliteStore>> Open(SqliteOptions options, Executor executor);
+  ~SqliteStore() override;
+
+  Result<Recovered> Recover(int64_t horizon_minute) override;
+  void Submit(Mutation m, Done done) override;
+  Result<std::optional<JobRecord>> Get(uint64_t id) override;
+  Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
+                                            size_t limit) override;
+  Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
+                                            size_t limit) override;
+  StoreStats stats() const override;
+  void Close() override;
+
+ private:
+  class Statements;
+  struct Pending {
+    Mutation mutation;
+    Done done;
+  };
+
+  SqliteStore(SqliteOptions options, Executor executor);
+  void WriterLoop();
+  Status ApplyBatch(std::deque<Pending>& batch);
+
+  SqliteOptions options_;
+  Executor executor_;
+  sqlite3* write_db_ = nullptr;  // writer thread only (and Open/Recover before it starts)
+  sqlite3* read_db_ = nullptr;   // engine thread only
+  std::unique_ptr<Statements> write_stmts_;
+  std::unique_ptr<Statements> read_stmts_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;   // guarded by mu_
+  bool stopping_ = false;       // guarded by mu_
+  StoreStats stats_;            // guarded by mu_
+  uint64_t next_id_floor_ = 0;  // writer thread: highest id committed + 1
+  std::thread writer_;
+};
+
+}  // namespace delayd::store

@@ -1,0 +1,111 @@
+// Store: the durable source of truth, in job operations rather than SQL, so
+// that an embedded store (SQLite) and a shared one (PostgreSQL, cluster mode)
+// can stand behind the same engine.
+//
+// Writes are asynchronous and grouped: Submit() queues a mutation and returns
+// at once; the store applies queued mutations in submission order, in batches,
+// one sync per batch, and then runs the `done` callbacks of the whole batch
+// through the completion executor given at construction. A done callback with
+// an OK status means the mutation is durable.
+//
+// Reads are synchronous and see every mutation whose done callback has run
+// (and possibly later ones already committed).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "store/job_record.h"
+
+namespace delayd::store {
+
+struct Mutation {
+  enum class Kind : uint8_t { kInsert, kUpdate, kDelete, kPauseTube };
+  Kind kind = Kind::kInsert;
+  JobRecord job;           // kInsert: the whole job; kUpdate: all but the body
+  uint64_t id = 0;         // kDelete
+  std::string tube;        // kPauseTube
+  int64_t pause_ms = 0;    // kPauseTube: the pause length asked for
+  int64_t unpause_ms = 0;  // kPauseTube: wall ms when the pause ends
+
+  static Mutation Insert(JobRecord j) { return Of(Kind::kInsert, std::move(j)); }
+  static Mutation Update(JobRecord j) { return Of(Kind::kUpdate, std::move(j)); }
+  static Mutation Of(Kind kind, JobRecord j) {
+    Mutation m;
+    m.kind = kind;
+    m.job = std::move(j);
+    return m;
+  }
+  static Mutation Delete(uint64_t id) {
+    Mutation m;
+    m.kind = Kind::kDelete;
+    m.id = id;
+    return m;
+  }
+  static Mutation PauseTube(std::string tube, int64_t pause_ms, int64_t unpause_ms) {
+    Mutation m;
+    m.kind = Kind::kPauseTube;
+    m.tube = std::move(tube);
+    m.pause_ms = pause_ms;
+    m.unpause_ms = unpause_ms;
+    return m;
+  }
+};
+
+struct TubePause {
+  std::string tube;
+  int64_t pause_ms = 0;
+  int64_t unpause_ms = 0;
+};
+
+struct FarCount {
+  std::string tube;
+  uint64_t delayed = 0;
+};
+
+// What recovery hands the engine: everything it must hold in memory.
+struct Recovered {
+  std::vector<JobRecord> jobs;      // ready, buried, and delayed due through the horizon minute
+  std::vector<FarCount> far;        // delayed jobs due after the horizon minute, per tube
+  std::vector<TubePause> pauses;    // pauses not yet over
+  uint64_t next_id = 1;             // larger than every id ever handed out
+};
+
+// Stored job writes are counted for `stats` (binlog-records-written).
+struct StoreStats {
+  uint64_t batches = 0;
+  uint64_t mutations = 0;
+};
+
+class Store {
+ public:
+  using Done = std::function<void(const Status&)>;
+  virtual ~Store() = default;
+
+  // Reads all state needed at start. Jobs due at or before minute
+  // `horizon_minute` come back whole; later delayed jobs only as counts.
+  virtual Result<Recovered> Recover(int64_t horizon_minute) = 0;
+
+  // Queues a mutation (thread-safe). `done` runs on the completion executor.
+  virtual void Submit(Mutation m, Done done) = 0;
+
+  // Synchronous reads, from the engine's thread only.
+  virtual Result<std::optional<JobRecord>> Get(uint64_t id) = 0;
+  // Delayed jobs of one due minute with id > after_id, in id order.
+  virtual Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
+                                                    size_t limit) = 0;
+  // Delayed jobs of `tube` due after `after_minute`, earliest first.
+  virtual Result<std::vector<JobRecord>> FarDelayed(const std::string& tube,
+                                                    int64_t after_minute, size_t limit) = 0;
+
+  virtual StoreStats stats() const = 0;
+
+  // Applies everything queued, runs its callbacks, and stops the writer.
+  virtual void Close() = 0;
+};
+
+}  // namespace delayd::store
