@@ -1,0 +1,586 @@
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cassert>
+
+namespace delayd::engine {
+
+using store::JobRecord;
+using store::Mutation;
+using store::StoredState;
+
+namespace {
+constexpr const char* kDefaultTube = "default";
+
+const char* StateName(JobState s) {
+  switch (s) {
+    case JobState::kReady: return "ready";
+    case JobState::kDelayed: return "delayed";
+    case JobState::kReserved: return "reserved";
+    case JobState::kBuried: return "buried";
+    default: return "invalid";
+  }
+}
+}  // namespace
+
+Engine::Engine(store::Store& store, const Clock& clock, EngineOptions options, WakeFn wake)
+    : store_(store),
+      clock_(clock),
+      options_(options),
+      wake_(std::move(wake)),
+      origin_us_(clock.SteadyMicros() - clock.WallMicros() % 1000 - 1000),
+      wheel_(NowTick()) {
+  loader_timer_.kind = TimerKind::kLoader;
+  FindOrMakeTube(kDefaultTube)->permanent = true;
+}
+
+Engine::~Engine() = default;
+
+// ---------------------------------------------------------------- tubes
+
+Tube* Engine::FindTube(const std::string& name) const {
+  auto it = tube_index_.find(name);
+  return it == tube_index_.end() ? nullptr : it->second;
+}
+
+Tube* Engine::FindOrMakeTube(const std::string& name) {
+  if (Tube* t = FindTube(name)) return t;
+  auto t = std::make_unique<Tube>();
+  t->name = name;
+  t->timer.kind = TimerKind::kTube;
+  t->timer.owner = t.get();
+  Tube* raw = t.get();
+  tubes_.push_back(std::move(t));
+  tube_index_.emplace(name, raw);
+  return raw;
+}
+
+void Engine::MaybeDropTube(Tube* t) {
+  if (t->refs() != 0) return;
+  wheel_.Cancel(&t->timer.node);
+  tube_index_.erase(t->name);
+  auto it = std::find_if(tubes_.begin(), tubes_.end(), [t](auto& p) { return p.get() == t; });
+  assert(it != tubes_.end());
+  // beanstalkd removes by moving the last tube into the hole; list-tubes
+  // shows that order, so keep it.
+  if (it != tubes_.end() - 1) std::swap(*it, tubes_.back());
+  tubes_.pop_back();
+}
+
+// ---------------------------------------------------------------- jobs
+
+Job* Engine::FindLive(uint64_t id) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return nullptr;
+  Job* j = it->second.get();
+  return j->state == JobState::kPending || j->state == JobState::kDeleting ? nullptr : j;
+}
+
+Job* Engine::AddJob(const JobRecord& r, JobState state) {
+  auto j = std::make_unique<Job>();
+  j->id = r.id;
+  j->tube = FindOrMakeTube(r.tube);
+  j->priority = r.priority;
+  j->state = state;
+  j->due_ms = r.due_ms;
+  j->delay_ms = r.delay_ms;
+  j->ttr_ms = r.ttr_ms;
+  j->created_ms = r.created_ms;
+  j->counters = r.counters;
+  j->body = std::make_shared<const std::string>(r.body);
+  j->timer.kind = TimerKind::kJob;
+  j->timer.owner = j.get();
+  ++j->tube->jobs;
+  Job* raw = j.get();
+  jobs_.emplace(r.id, std::move(j));
+  return raw;
+}
+
+JobRecord Engine::Record(const Job& j) const {
+  JobRecord r;
+  r.id = j.id;
+  r.tube = j.tube->name;
+  r.priority = j.priority;
+  r.state = j.state == JobState::kDelayed  ? StoredState::kDelayed
+            : j.state == JobState::kBuried ? StoredState::kBuried
+                                           : StoredState::kReady;
+  r.due_ms = j.due_ms;
+  r.delay_ms = j.delay_ms;
+  r.ttr_ms = j.ttr_ms;
+  r.created_ms = j.created_ms;
+  r.counters = j.counters;
+  return r;
+}
+
+void Engine::MakeReady(Job* j) {
+  j->state = JobState::kReady;
+  j->tube->ready.insert(j);
+  if (j->priority < kUrgentThreshold) ++j->tube->urgent;
+  Serve(j->tube);
+}
+
+void Engine::MakeDelayed(Job* j) {
+  j->state = JobState::kDelayed;
+  j->tube->delayed.insert(j);
+  Schedule(j->timer, TickAtWall(j->due_ms));
+}
+
+void Engine::Detach(Job* j) {
+  Tube* t = j->tube;
+  switch (j->state) {
+    case JobState::kReady:
+      t->ready.erase(j);
+      if (j->priority < kUrgentThreshold) --t->urgent;
+      break;
+    case JobState::kDelayed:
+      t->delayed.erase(j);
+      wheel_.Cancel(&j->timer.node);
+      break;
+    case JobState::kReserved: {
+      auto& rs = j->reserver->reserved;
+      rs.erase(std::find(rs.begin(), rs.end(), j));
+      --t->reserved;
+      wheel_.Cancel(&j->timer.node);
+      j->reserver = nullptr;
+      break;
+    }
+    case JobState::kBuried:
+      t->buried.erase(j);
+      break;
+    case JobState::kPending:
+    case JobState::kDeleting:
+      break;
+  }
+}
+
+// Pins `j` in memory until the mutation is durable; then runs `then` and
+// decides whether the job stays in memory.
+void Engine::Write(Job* j, Mutation m, Done done) {
+  ++j->pending_writes;
+  store_.Submit(std::move(m), [this, id = j->id, done = std::move(done)](const Status& s) {
+    Job* job = jobs_.at(id).get();
+    done(s);
+    WriteDone(job);
+  });
+}
+
+void Engine::WriteDone(Job* j) {
+  if (--j->pending_writes > 0) return;
+  Tube* t = j->tube;
+  if (j->state == JobState::kDeleting) {
+    --t->jobs;
+    jobs_.erase(j->id);
+    MaybeDropTube(t);
+  } else if (j->state == JobState::kDelayed && store::DueMinute(j->due_ms) > loaded_minute_) {
+    // Due beyond the loaded horizon: the store keeps it; the loader brings it
+    // back when its minute comes.
+    Detach(j);
+    --t->jobs;
+    ++t->far_delayed;
+    jobs_.erase(j->id);
+  }
+}
+
+Result<std::optional<JobRecord>> Engine::FindFar(uint64_t id) {
+  if (jobs_.count(id)) return std::optional<JobRecord>();
+  auto r = store_.Get(id);
+  if (!r.ok()) return r.status();
+  std::optional<JobRecord>& rec = r.value();
+  if (!rec) return std::optional<JobRecord>();
+  const int64_t minute = store::DueMinute(rec->due_ms);
+  const bool far = rec->state == StoredState::kDelayed &&
+                   (minute > loaded_minute_ ||
+                    (minute == loaded_minute_ && !load_done_ && rec->id > load_cursor_));
+  if (!far) return std::optional<JobRecord>();
+  return std::move(rec);
+}
+
+Job* Engine::MaterializeFar(const JobRecord& r) {
+  Job* j = AddJob(r, JobState::kDelayed);
+  if (j->tube->far_delayed > 0) --j->tube->far_delayed;
+  return j;
+}
+
+// ---------------------------------------------------------------- clients
+
+Client* Engine::Connect(ClientObserver* observer) {
+  auto c = std::make_unique<Client>();
+  c->observer = observer;
+  c->timer.kind = TimerKind::kClient;
+  c->timer.owner = c.get();
+  Tube* t = FindTube(kDefaultTube);
+  c->use = t;
+  c->watch.push_back(t);
+  ++t->using_count;
+  ++t->watching_count;
+  clients_.push_back(std::move(c));
+  return clients_.back().get();
+}
+
+void Engine::Disconnect(Client* c) {
+  StopWaiting(c);
+  wheel_.Cancel(&c->timer.node);
+  std::vector<Job*> held = c->reserved;
+  for (Job* j : held) {
+    Detach(j);
+    MakeReady(j);
+  }
+  std::vector<Tube*> touched = c->watch;
+  touched.push_back(c->use);
+  --c->use->using_count;
+  for (Tube* t : c->watch) --t->watching_count;
+  auto it = std::find_if(clients_.begin(), clients_.end(), [c](auto& p) { return p.get() == c; });
+  clients_.erase(it);
+  for (Tube* t : touched) {
+    if (FindTube(t->name) == t) MaybeDropTube(t);
+  }
+}
+
+void Engine::Use(Client* c, const std::string& name) {
+  Tube* t = FindOrMakeTube(name);
+  Tube* old = c->use;
+  ++t->using_count;
+  c->use = t;
+  --old->using_count;
+  MaybeDropTube(old);
+}
+
+size_t Engine::Watch(Client* c, const std::string& name) {
+  Tube* t = FindOrMakeTube(name);
+  if (std::find(c->watch.begin(), c->watch.end(), t) == c->watch.end()) {
+    c->watch.push_back(t);
+    ++t->watching_count;
+  }
+  return c->watch.size();
+}
+
+std::optional<size_t> Engine::Ignore(Client* c, const std::string& name) {
+  auto it = std::find_if(c->watch.begin(), c->watch.end(),
+                         [&](Tube* t) { return t->name == name; });
+  if (it == c->watch.end()) return c->watch.size();
+  if (c->watch.size() < 2) return std::nullopt;
+  Tube* t = *it;
+  *it = c->watch.back();  // beanstalkd's swap-remove, visible in list-tubes-watched
+  c->watch.pop_back();
+  --t->watching_count;
+  MaybeDropTube(t);
+  return c->watch.size();
+}
+
+std::vector<std::string> Engine::WatchedTubes(const Client* c) const {
+  std::vector<std::string> out;
+  for (Tube* t : c->watch) out.push_back(t->name);
+  return out;
+}
+
+std::vector<std::string> Engine::TubeNames() const {
+  std::vector<std::string> out;
+  for (auto& t : tubes_) out.push_back(t->name);
+  return out;
+}
+
+// ---------------------------------------------------------------- commands
+
+void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
+                 std::string body, std::function<void(Result<uint64_t>)> done) {
+  if (draining_) {
+    done(Status::Unavailable("draining"));
+    return;
+  }
+  const int64_t now_ms = clock_.WallMillis();
+  JobRecord r;
+  r.id = next_id_++;
+  r.tube = c->use->name;
+  r.priority = priority;
+  r.state = delay_ms > 0 ? StoredState::kDelayed : StoredState::kReady;
+  r.due_ms = now_ms + delay_ms;
+  r.delay_ms = delay_ms;
+  r.ttr_ms = ttr_ms;
+  r.created_ms = now_ms;
+  r.body = std::move(body);
+  Job* j = AddJob(r, JobState::kPending);
+  Write(j, Mutation::Insert(std::move(r)), [this, j, done = std::move(done)](const Status& s) {
+    if (!s.ok()) {
+      j->state = JobState::kDeleting;  // never visible; dropped by WriteDone
+      done(s);
+      return;
+    }
+    ++total_jobs_;
+    ++j->tube->total_jobs;
+    if (j->due_ms > clock_.WallMillis()) {
+      MakeDelayed(j);
+    } else {
+      MakeReady(j);
+    }
+    done(j->id);
+  });
+}
+
+Result<JobView> Engine::ReserveJob(Client* c, uint64_t id) {
+  Job* j = FindLive(id);
+  if (j == nullptr) {
+    auto far = FindFar(id);
+    if (!far.ok()) return far.status();
+    if (!far.value()) return Status::NotFound("no such job");
+    j = MaterializeFar(**far);
+  } else if (j->state == JobState::kReserved) {
+    return Status::NotFound("job is reserved");
+  }
+  Grant(c, j);
+  return View(*j);
+}
+
+void Engine::Delete(Client* c, uint64_t id, Done done) {
+  Job* j = FindLive(id);
+  if (j != nullptr) {
+    if (j->state == JobState::kReserved && j->reserver != c) {
+      done(Status::NotFound("job is reserved by another client"));
+      return;
+    }
+    Detach(j);
+  } else {
+    auto far = FindFar(id);
+    if (!far.ok()) return done(far.status());
+    if (!far.value()) return done(Status::NotFound("no such job"));
+    j = MaterializeFar(**far);
+  }
+  j->state = JobState::kDeleting;
+  ++j->tube->deletes;
+  Write(j, Mutation::Delete(id), std::move(done));
+}
+
+void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms, Done done) {
+  Job* j = FindLive(id);
+  if (j == nullptr || j->state != JobState::kReserved || j->reserver != c) {
+    done(Status::NotFound("job not reserved by this client"));
+    return;
+  }
+  Detach(j);
+  j->priority = priority;
+  j->delay_ms = delay_ms;
+  ++j->counters.releases;
+  if (delay_ms > 0) {
+    j->due_ms = clock_.WallMillis() + delay_ms;
+    MakeDelayed(j);
+  } else {
+    MakeReady(j);
+  }
+  Write(j, Mutation::Update(Record(*j)), std::move(done));
+}
+
+void Engine::Bury(Client* c, uint64_t id, uint32_t priority, Done done) {
+  Job* j = FindLive(id);
+  if (j == nullptr || j->state != JobState::kReserved || j->reserver != c) {
+    done(Status::NotFound("job not reserved by this client"));
+    return;
+  }
+  Detach(j);
+  j->priority = priority;
+  ++j->counters.buries;
+  j->bury_seq = ++bury_seq_;
+  j->state = JobState::kBuried;
+  j->tube->buried.insert(j);
+  Write(j, Mutation::Update(Record(*j)), std::move(done));
+}
+
+Status Engine::Touch(Client* c, uint64_t id) {
+  Job* j = FindLive(id);
+  if (j == nullptr || j->state != JobState::kReserved || j->reserver != c) {
+    return Status::NotFound("job not reserved by this client");
+  }
+  j->deadline_us = clock_.SteadyMicros() + j->ttr_ms * 1000;
+  Schedule(j->timer, TickAtSteady(j->deadline_us));
+  return Status::Ok();
+}
+
+void Engine::KickJob(uint64_t id, Done done) {
+  Job* j = FindLive(id);
+  if (j != nullptr) {
+    if (j->state != JobState::kBuried && j->state != JobState::kDelayed) {
+      done(Status::NotFound("job is neither buried nor delayed"));
+      return;
+    }
+    Detach(j);
+  } else {
+    auto far = FindFar(id);
+    if (!far.ok()) return done(far.status());
+    if (!far.value()) return done(Status::NotFound("no such job"));
+    j = MaterializeFar(**far);
+  }
+  ++j->counters.kicks;
+  MakeReady(j);
+  Write(j, Mutation::Update(Record(*j)), std::move(done));
+}
+
+void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>)> done) {
+  Tube* t = c->use;
+  std::vector<Job*> kicked;
+  if (!t->buried.empty()) {
+    for (auto it = t->buried.begin(); it != t->buried.end() && kicked.size() < bound; ++it) {
+      kicked.push_back(*it);
+    }
+  } else {
+    for (auto it = t->delayed.begin(); it != t->delayed.end() && kicked.size() < bound; ++it) {
+      kicked.push_back(*it);
+    }
+    std::vector<JobRecord> far;
+    if (kicked.size() < bound && t->far_delayed > 0) {
+      auto r = store_.FarDelayed(t->name, loaded_minute_ - 1, bound - kicked.size() + 64);
+      if (!r.ok()) return done(r.status());
+      far = std::move(r).value();
+    }
+    for (const JobRecord& rec : far) {
+      if (kicked.size() >= bound) break;
+      auto still_far = FindFar(rec.id);  // skips jobs already in memory
+      if (!still_far.ok() || !still_far.value()) continue;
+      kicked.push_back(MaterializeFar(**still_far));
+    }
+  }
+  if (kicked.empty()) return done(uint64_t{0});
+  struct Join {
+    size_t left;
+    Status status;
+    std::function<void(Result<uint64_t>)> done;
+  };
+  auto join = std::make_shared<Join>(Join{kicked.size(), Status::Ok(), std::move(done)});
+  const uint64_t n = kicked.size();
+  for (Job* j : kicked) {
+    Detach(j);
+    ++j->counters.kicks;
+    MakeReady(j);
+    Write(j, Mutation::Update(Record(*j)), [join, n](const Status& s) {
+      if (!s.ok()) join->status = s;
+      if (--join->left == 0) {
+        if (join->status.ok()) {
+          join->done(n);
+        } else {
+          join->done(join->status);
+        }
+      }
+    });
+  }
+}
+
+void Engine::PauseTube(const std::string& name, int64_t delay_ms, Done done) {
+  Tube* t = FindTube(name);
+  if (t == nullptr) return done(Status::NotFound("no such tube"));
+  const int64_t now_us = clock_.SteadyMicros();
+  t->pause_ms = delay_ms;
+  // beanstalkd pauses for at least a moment even when asked for 0 seconds.
+  t->unpause_us = now_us + std::max<int64_t>(delay_ms * 1000, 1);
+  ++t->pauses;
+  Schedule(t->timer, TickAtSteady(t->unpause_us));
+  store_.Submit(Mutation::PauseTube(name, delay_ms, clock_.WallMillis() + delay_ms),
+                std::move(done));
+}
+
+// ---------------------------------------------------------------- reads
+
+Result<JobView> Engine::Peek(uint64_t id) {
+  if (Job* j = FindLive(id)) return View(*j);
+  auto far = FindFar(id);
+  if (!far.ok()) return far.status();
+  if (!far.value()) return Status::NotFound("no such job");
+  return JobView{id, std::make_shared<const std::string>(std::move((*far)->body))};
+}
+
+Result<JobView> Engine::PeekReady(Client* c) {
+  if (c->use->ready.empty()) return Status::NotFound("no ready job");
+  return View(**c->use->ready.begin());
+}
+
+Result<JobView> Engine::PeekDelayed(Client* c) {
+  Tube* t = c->use;
+  if (!t->delayed.empty()) return View(**t->delayed.begin());
+  if (t->far_delayed > 0) {
+    auto r = store_.FarDelayed(t->name, loaded_minute_ - 1, 64);
+    if (!r.ok()) return r.status();
+    for (JobRecord& rec : r.value()) {
+      auto far = FindFar(rec.id);
+      if (far.ok() && far.value()) {
+        return JobView{rec.id, std::make_shared<const std::string>(std::move(rec.body))};
+      }
+    }
+  }
+  return Status::NotFound("no delayed job");
+}
+
+Result<JobView> Engine::PeekBuried(Client* c) {
+  if (c->use->buried.empty()) return Status::NotFound("no buried job");
+  return View(**c->use->buried.begin());
+}
+
+Result<JobStats> Engine::StatsJob(uint64_t id) {
+  const int64_t now_us = clock_.SteadyMicros();
+  const int64_t wall_us = clock_.WallMicros();
+  JobStats s;
+  if (Job* j = FindLive(id)) {
+    s.id = j->id;
+    s.tube = j->tube->name;
+    s.state = StateName(j->state);
+    s.priority = j->priority;
+    s.age_s = (wall_us / 1000 - j->created_ms) / 1000;
+    s.delay_s = j->delay_ms / 1000;
+    s.ttr_s = j->ttr_ms / 1000;
+    if (j->state == JobState::kReserved) s.time_left_s = (j->deadline_us - now_us) / 1'000'000;
+    if (j->state == JobState::kDelayed) s.time_left_s = (j->due_ms * 1000 - wall_us) / 1'000'000;
+    s.counters = j->counters;
+    return s;
+  }
+  auto far = FindFar(id);
+  if (!far.ok()) return far.status();
+  if (!far.value()) return Status::NotFound("no such job");
+  const JobRecord& r = **far;
+  s.id = r.id;
+  s.tube = r.tube;
+  s.state = "delayed";
+  s.priority = r.priority;
+  s.age_s = (wall_us / 1000 - r.created_ms) / 1000;
+  s.delay_s = r.delay_ms / 1000;
+  s.ttr_s = r.ttr_ms / 1000;
+  s.time_left_s = (r.due_ms * 1000 - wall_us) / 1'000'000;
+  s.counters = r.counters;
+  return s;
+}
+
+Result<TubeStats> Engine::StatsTube(const std::string& name) const {
+  Tube* t = FindTube(name);
+  if (t == nullptr) return Status::NotFound("no such tube");
+  TubeStats s;
+  s.name = t->name;
+  s.urgent = t->urgent;
+  s.ready = t->ready.size();
+  s.reserved = t->reserved;
+  s.delayed = t->delayed.size() + t->far_delayed;
+  s.buried = t->buried.size();
+  s.total_jobs = t->total_jobs;
+  s.using_count = t->using_count;
+  s.watching_count = t->watching_count;
+  s.waiting = t->waiters.size();
+  s.deletes = t->deletes;
+  s.pauses = t->pauses;
+  s.pause_s = t->pause_ms / 1000;
+  if (t->paused()) s.pause_left_s = (t->unpause_us - clock_.SteadyMicros()) / 1'000'000;
+  return s;
+}
+
+EngineStats Engine::Stats() const {
+  EngineStats s;
+  for (auto& t : tubes_) {
+    s.urgent += t->urgent;
+    s.ready += t->ready.size();
+    s.reserved += t->reserved;
+    s.delayed += t->delayed.size() + t->far_delayed;
+    s.buried += t->buried.size();
+  }
+  s.total_jobs = total_jobs_;
+  s.job_timeouts = job_timeouts_;
+  s.tubes = tubes_.size();
+  s.waiting = waiting_;
+  s.draining = draining_;
+  return s;
+}
+
+}  // namespace delayd::engine

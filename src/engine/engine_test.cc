@@ -1,0 +1,368 @@
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <condition_variable>
+
+#include "store/sqlite/sqlite_store.h"
+
+namespace delayd::engine {
+namespace {
+
+// Records how each blocked reserve ended.
+struct Recorder : ClientObserver {
+  std::vector<std::string> events;
+  void OnReserved(const JobView& j) override {
+    events.push_back("reserved " + std::to_string(j.id) + " " + *j.body);
+  }
+  void OnReserveTimedOut() override { events.push_back("timed-out"); }
+  void OnDeadlineSoon() override { events.push_back("deadline-soon"); }
+  std::string Take() {
+    if (events.empty()) return "";
+    std::string e = events.front();
+    events.erase(events.begin());
+    return e;
+  }
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("delayd-engine-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    Start();
+  }
+  void TearDown() override {
+    Stop();
+    std::filesystem::remove_all(dir_);
+  }
+  void Start(EngineOptions options = {}) {
+    auto s = store::SqliteStore::Open({.path = (dir_ / "delayd.db").string()},
+                                      [this](std::function<void()> f) {
+                                        std::lock_guard lock(mu_);
+                                        posted_.push_back(std::move(f));
+                                        cv_.notify_all();
+                                      });
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    engine_ = std::make_unique<Engine>(*store_, clock_, options, [this](int64_t at) { wake_at_ = at; });
+    ASSERT_TRUE(engine_->Recover().ok());
+  }
+  // Simulates a crash: nothing more is written, memory is thrown away.
+  void Stop() {
+    if (!store_) return;
+    store_->Close();
+    RunPosted();
+    engine_.reset();
+    store_.reset();
+  }
+  void RunPosted() {
+    std::deque<std::function<void()>> work;
+    {
+      std::lock_guard lock(mu_);
+      work.swap(posted_);
+    }
+    for (auto& f : work) f();
+  }
+  // Runs store completions until `pred` holds (10 s at most).
+  template <typename Pred>
+  void RunUntil(Pred pred) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred()) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait_until(lock, deadline, [&] { return !posted_.empty(); });
+      }
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "condition not reached";
+      RunPosted();
+    }
+  }
+  uint64_t Put(Client* c, std::string body, int64_t delay_ms = 0, uint32_t pri = 100,
+               int64_t ttr_ms = 10'000) {
+    std::optional<Result<uint64_t>> out;
+    engine_->Put(c, pri, delay_ms, ttr_ms, std::move(body), [&](Result<uint64_t> r) { out = r; });
+    RunUntil([&] { return out.has_value(); });
+    EXPECT_TRUE(out->ok());
+    return out->ok() ? out->value() : 0;
+  }
+  Status Await(std::function<void(Engine::Done)> op) {
+    std::optional<Status> out;
+    op([&](const Status& s) { out = s; });
+    RunUntil([&] { return out.has_value(); });
+    return *out;
+  }
+  void Advance(int64_t ms) {
+    clock_.AdvanceMillis(ms);
+    engine_->Tick();
+  }
+
+  std::filesystem::path dir_;
+  ManualClock clock_;
+  std::unique_ptr<store::SqliteStore> store_;
+  std::unique_ptr<Engine> engine_;
+  int64_t wake_at_ = -1;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> posted_;
+};
+
+TEST_F(EngineTest, PutIsInvisibleUntilDurableThenGoesToWaitingReserver) {
+  Recorder r;
+  Client* consumer = engine_->Connect(&r);
+  Client* producer = engine_->Connect(&r);
+  engine_->Reserve(consumer, -1);
+  EXPECT_TRUE(r.events.empty());
+  std::optional<Result<uint64_t>> put;
+  engine_->Put(producer, 1, 0, 5000, "hello", [&](Result<uint64_t> x) { put = x; });
+  EXPECT_TRUE(r.events.empty()) << "job visible before it was durable";
+  EXPECT_EQ(engine_->Stats().ready, 0u);
+  RunUntil([&] { return put.has_value(); });
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(put->value()) + " hello");
+}
+
+TEST_F(EngineTest, ReservesByPriorityThenId) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  uint64_t a = Put(c, "a", 0, 5);
+  uint64_t b = Put(c, "b", 0, 1);
+  uint64_t d = Put(c, "d", 0, 5);
+  for (uint64_t want : {b, a, d}) {
+    engine_->Reserve(c, 0);
+    EXPECT_EQ(r.Take(), "reserved " + std::to_string(want) + " " +
+                            (want == a ? "a" : want == b ? "b" : "d"));
+  }
+}
+
+TEST_F(EngineTest, DelayedJobBecomesReadyAtDueTimeNotBefore) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  uint64_t id = Put(c, "later", 1500);
+  engine_->Reserve(c, -1);
+  Advance(1499);
+  EXPECT_TRUE(r.events.empty());
+  Advance(1);
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " later");
+}
+
+TEST_F(EngineTest, WakeTimeIsTheNextDueJob) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  Put(c, "x", 250);
+  // The event loop is asked to wake no later than the due time.
+  EXPECT_LE(wake_at_, clock_.SteadyMicros() + 250'000);
+  EXPECT_GT(wake_at_, clock_.SteadyMicros());
+}
+
+TEST_F(EngineTest, TtrExpiryReturnsJobToReadyAndCountsTimeout) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  uint64_t id = Put(c, "x", 0, 100, 2000);
+  engine_->Reserve(c, 0);
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " x");
+  Advance(1999);
+  EXPECT_EQ(engine_->Stats().reserved, 1u);
+  Advance(1);
+  EXPECT_EQ(engine_->Stats().ready, 1u);
+  EXPECT_EQ(engine_->Stats().job_timeouts, 1u);
+  EXPECT_EQ(engine_->StatsJob(id)->counters.timeouts, 1u);
+}
+
+TEST_F(EngineTest, BlockedReserveGetsDeadlineSoonOneSecondBeforeTtr) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  Put(c, "x", 0, 100, 5000);
+  engine_->Reserve(c, 0);
+  r.Take();
+  engine_->Reserve(c, -1);
+  Advance(3999);
+  EXPECT_TRUE(r.events.empty());
+  Advance(1);
+  EXPECT_EQ(r.Take(), "deadline-soon");
+  // Inside the margin, a reserve answers at once.
+  engine_->Reserve(c, -1);
+  EXPECT_EQ(r.Take(), "deadline-soon");
+}
+
+TEST_F(EngineTest, ReserveWithTimeoutTimesOut) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  engine_->Reserve(c, 0);
+  EXPECT_EQ(r.Take(), "timed-out");
+  engine_->Reserve(c, 3000);
+  Advance(2999);
+  EXPECT_TRUE(r.events.empty());
+  Advance(1);
+  EXPECT_EQ(r.Take(), "timed-out");
+  EXPECT_EQ(engine_->Stats().waiting, 0u);
+}
+
+TEST_F(EngineTest, PausedTubeHoldsJobsUntilPauseEnds) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  uint64_t id = Put(c, "x");
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->PauseTube("default", 2000, d); }).ok());
+  engine_->Reserve(c, -1);
+  Advance(1999);
+  EXPECT_TRUE(r.events.empty());
+  EXPECT_EQ(engine_->StatsTube("default")->pause_s, 2);
+  Advance(1);
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " x");
+  EXPECT_EQ(engine_->StatsTube("default")->pause_s, 0);
+}
+
+TEST_F(EngineTest, KickTakesBuriedFirstThenDelayedInDueOrder) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  uint64_t buried = Put(c, "b");
+  engine_->Reserve(c, 0);
+  r.Take();
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Bury(c, buried, 7, d); }).ok());
+  uint64_t late = Put(c, "late", 50'000);
+  uint64_t soon = Put(c, "soon", 20'000);
+  std::optional<Result<uint64_t>> kicked;
+  engine_->Kick(c, 10, [&](Result<uint64_t> n) { kicked = n; });
+  RunUntil([&] { return kicked.has_value(); });
+  EXPECT_EQ(kicked->value(), 1u);  // only the buried one
+  kicked.reset();
+  engine_->Kick(c, 1, [&](Result<uint64_t> n) { kicked = n; });
+  RunUntil([&] { return kicked.has_value(); });
+  EXPECT_EQ(kicked->value(), 1u);
+  EXPECT_STREQ(engine_->StatsJob(soon)->state, "ready");
+  EXPECT_STREQ(engine_->StatsJob(late)->state, "delayed");
+}
+
+TEST_F(EngineTest, FarJobsStayInTheStoreUntilTheirMinuteIsLoaded) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  uint64_t id = Put(c, "far", 10 * 60'000);
+  EXPECT_EQ(engine_->jobs_in_memory(), 0u) << "a job due in 10 min should live only in the store";
+  EXPECT_EQ(engine_->Stats().delayed, 1u);
+  EXPECT_EQ(*engine_->Peek(id)->body, "far");
+  EXPECT_STREQ(engine_->StatsJob(id)->state, "delayed");
+  EXPECT_EQ(*engine_->PeekDelayed(c)->body, "far");
+  engine_->Reserve(c, -1);
+  for (int s = 0; s < 10 * 60 - 1; ++s) Advance(1000);
+  EXPECT_EQ(engine_->jobs_in_memory(), 1u) << "loaded ahead of its due time";
+  EXPECT_TRUE(r.events.empty());
+  Advance(1000);
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " far");
+}
+
+TEST_F(EngineTest, FarJobsCanBeDeletedAndKicked) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  uint64_t gone = Put(c, "gone", 3'600'000);
+  uint64_t kicked = Put(c, "kicked", 7'200'000);
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Delete(c, gone, d); }).ok());
+  EXPECT_EQ(engine_->Peek(gone).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->KickJob(kicked, d); }).ok());
+  EXPECT_STREQ(engine_->StatsJob(kicked)->state, "ready");
+  EXPECT_EQ(engine_->Stats().delayed, 0u);
+  Stop();
+  Start();
+  EXPECT_EQ(engine_->Peek(gone).status().code(), StatusCode::kNotFound);
+  EXPECT_STREQ(engine_->StatsJob(kicked)->state, "ready");
+}
+
+TEST_F(EngineTest, RecoveryRestoresStatesAndKeepsIdsRising) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  uint64_t reserved = Put(c, "r");
+  uint64_t buried = Put(c, "b");
+  uint64_t delayed = Put(c, "d", 30'000);
+  engine_->Reserve(c, 0);
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(reserved) + " r");
+  engine_->Reserve(c, 0);
+  r.Take();
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Bury(c, buried, 3, d); }).ok());
+  uint64_t deleted = Put(c, "x");
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Delete(c, deleted, d); }).ok());
+  clock_.AdvanceMillis(10'000);
+  Stop();
+  Start();
+  Client* c2 = engine_->Connect(&r);
+  EXPECT_STREQ(engine_->StatsJob(reserved)->state, "ready");
+  EXPECT_STREQ(engine_->StatsJob(buried)->state, "buried");
+  EXPECT_EQ(engine_->StatsJob(buried)->priority, 3u);
+  auto d = engine_->StatsJob(delayed);
+  EXPECT_STREQ(d->state, "delayed");
+  EXPECT_EQ(d->time_left_s, 20) << "the delay continues toward its absolute due time";
+  EXPECT_EQ(engine_->Peek(deleted).status().code(), StatusCode::kNotFound);
+  EXPECT_GT(Put(c2, "new"), deleted);
+}
+
+TEST_F(EngineTest, WallClockStepNeitherFiresEarlyNorStalls) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  uint64_t id = Put(c, "x", 5000);
+  engine_->Reserve(c, -1);
+  clock_.StepWall(3'600'000'000);  // the wall clock jumps an hour ahead
+  engine_->Tick();
+  EXPECT_TRUE(r.events.empty());
+  clock_.StepWall(-7'200'000'000);  // and two hours back
+  Advance(4999);
+  EXPECT_TRUE(r.events.empty());
+  Advance(1);
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " x");
+}
+
+TEST_F(EngineTest, DisconnectReturnsReservedJobsToOthers) {
+  Recorder r1, r2;
+  Client* a = engine_->Connect(&r1);
+  Client* b = engine_->Connect(&r2);
+  uint64_t id = Put(a, "x");
+  engine_->Reserve(a, 0);
+  r1.Take();
+  engine_->Reserve(b, -1);
+  EXPECT_TRUE(r2.events.empty());
+  engine_->Disconnect(a);
+  EXPECT_EQ(r2.Take(), "reserved " + std::to_string(id) + " x");
+}
+
+TEST_F(EngineTest, OnlyTheReserverMaySettleAReservedJob) {
+  Recorder r1, r2;
+  Client* a = engine_->Connect(&r1);
+  Client* b = engine_->Connect(&r2);
+  uint64_t id = Put(a, "x");
+  engine_->Reserve(a, 0);
+  r1.Take();
+  EXPECT_EQ(Await([&](Engine::Done d) { engine_->Delete(b, id, d); }).code(), StatusCode::kNotFound);
+  EXPECT_EQ(Await([&](Engine::Done d) { engine_->Release(b, id, 1, 0, d); }).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(engine_->Touch(b, id).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(engine_->Touch(a, id).ok());
+  EXPECT_TRUE(Await([&](Engine::Done d) { engine_->Delete(a, id, d); }).ok());
+}
+
+TEST_F(EngineTest, TubesVanishWhenUnreferencedExceptDefault) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  engine_->Use(c, "a");
+  engine_->Watch(c, "b");
+  EXPECT_EQ(engine_->TubeNames(), (std::vector<std::string>{"default", "a", "b"}));
+  engine_->Use(c, "default");
+  EXPECT_EQ(engine_->TubeNames(), (std::vector<std::string>{"default", "b"}));
+  EXPECT_EQ(engine_->Ignore(c, "default"), 1u);
+  EXPECT_EQ(engine_->Ignore(c, "b"), std::nullopt) << "the last watched tube cannot be ignored";
+  EXPECT_EQ(engine_->TubeNames(), (std::vector<std::string>{"default", "b"}));
+}
+
+TEST_F(EngineTest, DrainingRefusesPuts) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  engine_->SetDraining(true);
+  std::optional<Result<uint64_t>> out;
+  engine_->Put(c, 1, 0, 1000, "x", [&](Result<uint64_t> x) { out = x; });
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace delayd::engine

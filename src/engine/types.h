@@ -1,0 +1,125 @@
+// The engine's in-memory objects: jobs, tubes and clients, and the timer
+// node that ties each of them to the timing wheel. All are owned by Engine and
+// touched only on the engine's thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "store/job_record.h"
+#include "wheel/timing_wheel.h"
+
+namespace delayd::engine {
+
+struct Job;
+struct Tube;
+struct Client;
+
+// What a timer belongs to. EngineTimer is standard-layout with the node first,
+// so the wheel's TimerNode* converts back to it.
+enum class TimerKind : uint8_t { kJob, kClient, kTube, kLoader };
+struct EngineTimer {
+  wheel::TimerNode node;
+  TimerKind kind = TimerKind::kJob;
+  void* owner = nullptr;
+};
+
+enum class JobState : uint8_t {
+  kPending,   // put received, not yet durable: invisible to everyone
+  kReady,
+  kDelayed,   // in memory: due within the loaded horizon
+  kReserved,
+  kBuried,
+  kDeleting,  // deleted, delete not yet durable: a tombstone the loader must skip
+};
+
+// beanstalkd: priorities below this count as urgent.
+constexpr uint32_t kUrgentThreshold = 1024;
+
+struct Job {
+  uint64_t id = 0;
+  Tube* tube = nullptr;
+  uint32_t priority = 0;
+  JobState state = JobState::kPending;
+  int64_t due_ms = 0;       // wall ms when a delayed job becomes ready
+  int64_t delay_ms = 0;     // the delay last asked for
+  int64_t ttr_ms = 0;
+  int64_t created_ms = 0;   // wall ms of the put
+  int64_t deadline_us = 0;  // steady us when a reservation runs out
+  uint64_t bury_seq = 0;    // buried jobs are kicked in bury order
+  store::JobCounters counters;
+  std::shared_ptr<const std::string> body;
+  Client* reserver = nullptr;
+  uint32_t pending_writes = 0;  // store writes not yet durable; pins the job in memory
+  EngineTimer timer;            // due time when delayed, ttr deadline when reserved
+};
+
+struct ReadyOrder {
+  bool operator()(const Job* a, const Job* b) const {
+    return a->priority != b->priority ? a->priority < b->priority : a->id < b->id;
+  }
+};
+struct DelayOrder {
+  bool operator()(const Job* a, const Job* b) const {
+    return a->due_ms != b->due_ms ? a->due_ms < b->due_ms : a->id < b->id;
+  }
+};
+struct BuryOrder {
+  bool operator()(const Job* a, const Job* b) const { return a->bury_seq < b->bury_seq; }
+};
+
+struct Tube {
+  std::string name;
+  std::set<Job*, ReadyOrder> ready;
+  std::set<Job*, DelayOrder> delayed;  // delayed jobs in memory (due within the horizon)
+  std::set<Job*, BuryOrder> buried;
+  std::vector<Client*> waiters;        // clients blocked in reserve, first come first served
+  uint64_t far_delayed = 0;            // delayed jobs only in the store (beyond the horizon)
+  uint64_t jobs = 0;                   // jobs in memory naming this tube, any state
+  uint64_t reserved = 0;
+  uint64_t urgent = 0;                 // ready jobs with priority < kUrgentThreshold
+  uint64_t total_jobs = 0;             // puts since start
+  uint64_t deletes = 0;                // cmd-delete
+  uint64_t pauses = 0;                 // cmd-pause-tube
+  uint32_t using_count = 0;
+  uint32_t watching_count = 0;
+  bool permanent = false;              // "default" never goes away
+  int64_t pause_ms = 0;                // the pause asked for; 0 when not paused
+  int64_t unpause_us = 0;              // steady us when the pause ends
+  EngineTimer timer;                   // unpause
+
+  bool paused() const { return pause_ms > 0 || unpause_us > 0; }
+  uint64_t refs() const {
+    return jobs + far_delayed + using_count + watching_count + (permanent ? 1 : 0);
+  }
+};
+
+// A client's blocked reserve ends in exactly one of these calls, made on the
+// engine thread from inside an engine call. Implementations must not call
+// back into the engine synchronously; post the follow-up instead.
+struct JobView {
+  uint64_t id = 0;
+  std::shared_ptr<const std::string> body;
+};
+class ClientObserver {
+ public:
+  virtual ~ClientObserver() = default;
+  virtual void OnReserved(const JobView& job) = 0;
+  virtual void OnReserveTimedOut() = 0;
+  virtual void OnDeadlineSoon() = 0;
+};
+
+struct Client {
+  ClientObserver* observer = nullptr;
+  Tube* use = nullptr;
+  std::vector<Tube*> watch;      // in watch order, as list-tubes-watched shows it
+  std::vector<Job*> reserved;
+  bool waiting = false;
+  int64_t wait_until_us = -1;    // steady us when a reserve-with-timeout gives up; -1: never
+  EngineTimer timer;             // the earlier of wait_until_us and deadline-soon
+};
+
+}  // namespace delayd::engine
