@@ -76,6 +76,8 @@ class Engine {
   // Ends in exactly one ClientObserver call, possibly before returning.
   // timeout_ms < 0 waits forever.
   void Reserve(Client* c, int64_t timeout_ms);
+  // Ends a blocked reserve without an observer call (the client hung up).
+  void CancelReserve(Client* c) { StopWaiting(c); }
   Result<JobView> ReserveJob(Client* c, uint64_t id);
   void Delete(Client* c, uint64_t id, Done done);
   void Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms, Done done);

@@ -1,0 +1,148 @@
+#include "server/config.h"
+
+#include <CLI/CLI.hpp>
+#include <toml++/toml.h>
+
+#include <iostream>
+#include <set>
+
+namespace delayd::server {
+
+Status LoadToml(const std::string& path, Config& config) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    return Status::InvalidArgument(path + ": " + std::string(e.description()));
+  }
+  static const std::set<std::string> kKnown = {"data-dir", "beanstalk", "max-job-size",
+                                                "max-connections", "horizon-ms", "log-level"};
+  for (auto& [key, value] : t) {
+    if (!kKnown.count(std::string(key.str()))) {
+      return Status::InvalidArgument(path + ": unknown key '" + std::string(key.str()) + "'");
+    }
+  }
+  auto type_error = [&](const char* key, const char* want) {
+    return Status::InvalidArgument(path + ": '" + key + "' must be " + want);
+  };
+  if (auto n = t["data-dir"]; n) {
+    if (!n.is_string()) return type_error("data-dir", "a string");
+    config.data_dir = *n.value<std::string>();
+  }
+  if (auto n = t["beanstalk"]; n) {
+    config.beanstalk.clear();
+    if (n.is_string()) {
+      config.beanstalk.push_back(*n.value<std::string>());
+    } else if (auto* arr = n.as_array()) {
+      for (auto& el : *arr) {
+        if (!el.is_string()) return type_error("beanstalk", "a string or an array of strings");
+        config.beanstalk.push_back(*el.value<std::string>());
+      }
+    } else {
+      return type_error("beanstalk", "a string or an array of strings");
+    }
+  }
+  auto integer = [&](const char* key, auto& out, int64_t min) -> Status {
+    if (auto n = t[key]; n) {
+      auto v = n.value<int64_t>();
+      if (!n.is_integer() || !v || *v < min) return type_error(key, "a non-negative integer");
+      out = static_cast<std::remove_reference_t<decltype(out)>>(*v);
+    }
+    return Status::Ok();
+  };
+  if (Status s = integer("max-job-size", config.max_job_size, 0); !s.ok()) return s;
+  if (Status s = integer("max-connections", config.max_connections, 1); !s.ok()) return s;
+  if (Status s = integer("horizon-ms", config.horizon_ms, 1000); !s.ok()) return s;
+  if (auto n = t["log-level"]; n) {
+    if (!n.is_string()) return type_error("log-level", "a string");
+    config.log_level = *n.value<std::string>();
+  }
+  return Status::Ok();
+}
+
+ParsedArgs ParseArgs(int argc, char** argv) {
+  ParsedArgs out;
+  Config& c = out.config;
+  CLI::App app{
+      "delayd: a durable delayed-job and timer service.\n"
+      "Speaks the beanstalkd 1.12 protocol; keeps every job in an embedded store\n"
+      "(SQLite in --data-dir) and answers a write only after it is on disk."};
+  app.set_version_flag("--version,-v", std::string("delayd ") + kVersion);
+
+  std::string config_path;
+  std::vector<std::string> beanstalk;
+  std::string listen_addr;
+  int port = -1;
+  bool verbose = false;
+  std::string binlog_dir;
+  int64_t fsync_ms = -1;
+  bool never_fsync = false;
+  uint64_t binlog_size = 0;
+
+  app.add_option("--config", config_path, "Read settings from this TOML file (flags win)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--data-dir", c.data_dir, "Directory of the store (default ./data)");
+  app.add_option("--beanstalk", beanstalk,
+                 "Serve the beanstalk protocol on HOST:PORT or unix:PATH; repeatable; "
+                 "port 0 picks a free port (default 127.0.0.1:11300)");
+  app.add_option("--max-job-size", c.max_job_size, "Largest job body in bytes (default 65535)");
+  app.add_option("--max-connections", c.max_connections,
+                 "Most simultaneous beanstalk connections (default 10000)");
+  app.add_option("--horizon-ms", c.horizon_ms,
+                 "Delayed jobs due within this many ms are held in memory (default 60000)")
+      ->check(CLI::Range(int64_t{1000}, int64_t{86'400'000}));
+  app.add_option("--log-level", c.log_level, "trace, debug, info, warn or error (default info)");
+
+  auto* compat = "beanstalkd compatibility";
+  app.add_option("-l", listen_addr, "beanstalkd: listen address (or unix:PATH)")->group(compat);
+  app.add_option("-p", port, "beanstalkd: listen port")->group(compat)->check(CLI::Range(0, 65535));
+  app.add_option("-z", c.max_job_size, "beanstalkd: max job size")->group(compat);
+  app.add_option("-b", binlog_dir, "beanstalkd: binlog directory, taken as --data-dir")->group(compat);
+  app.add_flag("-V", verbose, "beanstalkd: more verbose logging")->group(compat);
+  app.add_option("-f", fsync_ms, "beanstalkd: fsync interval; ignored, delayd syncs every batch")
+      ->group(compat);
+  app.add_flag("-F", never_fsync, "beanstalkd: never fsync; ignored, delayd syncs every batch")
+      ->group(compat);
+  app.add_option("-s", binlog_size, "beanstalkd: binlog file size; ignored")->group(compat);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    out.exit = true;
+    out.exit_code = app.exit(e);
+    return out;
+  }
+
+  if (!config_path.empty()) {
+    Config file = c;
+    if (Status s = LoadToml(config_path, file); !s.ok()) {
+      std::cerr << "delayd: " << s.message() << "\n";
+      out.exit = true;
+      out.exit_code = 2;
+      return out;
+    }
+    // Flags given on the command line win over the file.
+    auto given = [&](const char* name) { return app.count(name) > 0; };
+    if (!given("--data-dir") && !given("-b")) c.data_dir = file.data_dir;
+    if (!given("--max-job-size") && !given("-z")) c.max_job_size = file.max_job_size;
+    if (!given("--max-connections")) c.max_connections = file.max_connections;
+    if (!given("--horizon-ms")) c.horizon_ms = file.horizon_ms;
+    if (!given("--log-level")) c.log_level = file.log_level;
+    c.beanstalk = file.beanstalk;
+  }
+  if (!beanstalk.empty()) c.beanstalk = beanstalk;
+  if (!listen_addr.empty() || port >= 0) {
+    std::string host = listen_addr.empty() ? "127.0.0.1" : listen_addr;
+    if (host.rfind("unix:", 0) == 0) {
+      c.beanstalk = {host};
+    } else {
+      if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+      c.beanstalk = {host + ":" + std::to_string(port >= 0 ? port : 11300)};
+    }
+  }
+  if (!binlog_dir.empty()) c.data_dir = binlog_dir;
+  if (verbose) c.log_level = "debug";
+  return out;
+}
+
+}  // namespace delayd::server

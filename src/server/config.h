@@ -1,0 +1,39 @@
+// Config: what the delayd binary is told, from flags and an optional TOML file
+// (flags win). beanstalkd's own flags are accepted too, so delayd can replace
+// beanstalkd by changing only the binary's name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace delayd::server {
+
+struct Config {
+  std::string data_dir = "./data";
+  std::vector<std::string> beanstalk = {"127.0.0.1:11300"};
+  uint64_t max_job_size = 65535;
+  uint64_t max_connections = 10000;
+  int64_t horizon_ms = 60'000;
+  std::string log_level = "info";
+};
+
+// The outcome of reading the command line: run with `config`, or exit with
+// `exit_code` after `message` has been printed (help, version, errors).
+struct ParsedArgs {
+  Config config;
+  bool exit = false;
+  int exit_code = 0;
+};
+
+ParsedArgs ParseArgs(int argc, char** argv);
+
+// Reads a TOML file's keys into `config`, leaving keys it lacks alone.
+// Unknown keys and wrong types are errors.
+Status LoadToml(const std::string& path, Config& config);
+
+inline constexpr const char* kVersion = "0.1.0";
+
+}  // namespace delayd::server

@@ -1,0 +1,87 @@
+#include "server/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace delayd::server {
+namespace {
+
+ParsedArgs Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "delayd");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return ParseArgs(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(ConfigTest, Defaults) {
+  ParsedArgs a = Parse({});
+  ASSERT_FALSE(a.exit);
+  EXPECT_EQ(a.config.data_dir, "./data");
+  EXPECT_EQ(a.config.beanstalk, std::vector<std::string>{"127.0.0.1:11300"});
+  EXPECT_EQ(a.config.max_job_size, 65535u);
+}
+
+TEST(ConfigTest, BeanstalkFlagRepeats) {
+  ParsedArgs a = Parse({"--beanstalk", "127.0.0.1:0", "--beanstalk", "unix:/tmp/x.sock"});
+  EXPECT_EQ(a.config.beanstalk, (std::vector<std::string>{"127.0.0.1:0", "unix:/tmp/x.sock"}));
+}
+
+TEST(ConfigTest, BeanstalkdAliases) {
+  ParsedArgs a = Parse({"-l", "127.0.0.1", "-p", "0", "-z", "100", "-b", "/tmp/b", "-V"});
+  ASSERT_FALSE(a.exit);
+  EXPECT_EQ(a.config.beanstalk, std::vector<std::string>{"127.0.0.1:0"});
+  EXPECT_EQ(a.config.max_job_size, 100u);
+  EXPECT_EQ(a.config.data_dir, "/tmp/b");
+  EXPECT_EQ(a.config.log_level, "debug");
+  EXPECT_EQ(Parse({"-l", "unix:/tmp/s"}).config.beanstalk, std::vector<std::string>{"unix:/tmp/s"});
+  EXPECT_EQ(Parse({"-p", "11400"}).config.beanstalk, std::vector<std::string>{"127.0.0.1:11400"});
+  EXPECT_FALSE(Parse({"-f", "50", "-F"}).exit) << "beanstalkd's fsync flags are accepted";
+}
+
+TEST(ConfigTest, UnknownFlagFails) {
+  ParsedArgs a = Parse({"--no-such-flag"});
+  EXPECT_TRUE(a.exit);
+  EXPECT_NE(a.exit_code, 0);
+}
+
+class TomlTest : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& text) {
+    path_ = std::filesystem::temp_directory_path() / ("delayd-config-" + std::to_string(getpid()) + ".toml");
+    std::ofstream(path_) << text;
+    return path_.string();
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+  std::filesystem::path path_;
+};
+
+TEST_F(TomlTest, FileSetsKeysAndFlagsWin) {
+  std::string p = Write("data-dir = \"/var/lib/delayd\"\nbeanstalk = [\"127.0.0.1:0\"]\n"
+                        "max-job-size = 1000\n");
+  ParsedArgs a = Parse({"--config", p, "--max-job-size", "2000"});
+  ASSERT_FALSE(a.exit);
+  EXPECT_EQ(a.config.data_dir, "/var/lib/delayd");
+  EXPECT_EQ(a.config.beanstalk, std::vector<std::string>{"127.0.0.1:0"});
+  EXPECT_EQ(a.config.max_job_size, 2000u);
+}
+
+TEST_F(TomlTest, UnknownKeyIsAnError) {
+  Config c;
+  Status s = LoadToml(Write("data_dir = \"x\"\n"), c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("unknown key 'data_dir'"), std::string::npos) << s.message();
+}
+
+TEST_F(TomlTest, WrongTypeIsAnError) {
+  Config c;
+  EXPECT_FALSE(LoadToml(Write("max-job-size = \"big\"\n"), c).ok());
+  EXPECT_FALSE(LoadToml(Write("max-job-size = -5\n"), c).ok());
+  EXPECT_FALSE(LoadToml(Write("this is not toml"), c).ok());
+  EXPECT_EQ(c.max_job_size, 65535u) << "a failed load changes nothing it did not reach";
+}
+
+}  // namespace
+}  // namespace delayd::server

@@ -1,0 +1,142 @@
+#include "server/server.h"
+
+#include <boost/asio/post.hpp>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <random>
+
+namespace delayd::server {
+
+namespace asio = boost::asio;
+
+namespace {
+std::string RandomHex16() {
+  std::random_device rd;
+  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return fmt::format("{:016x}", v);
+}
+}  // namespace
+
+Server::Server(Config config)
+    : config_(std::move(config)),
+      signals_(io_, SIGINT, SIGTERM, SIGUSR1),
+      engine_timer_(io_),
+      shutdown_timer_(io_) {}
+
+Server::~Server() {
+  listener_.reset();
+  if (store_) store_->Close();
+  io_.restart();
+  io_.poll();  // completions of the last batch
+  engine_.reset();
+  store_.reset();
+}
+
+Status Server::Start() {
+  std::error_code fs_ec;
+  std::filesystem::create_directories(config_.data_dir, fs_ec);
+  if (fs_ec) return Status::IoError("create " + config_.data_dir + ": " + fs_ec.message());
+
+  auto store = store::SqliteStore::Open(
+      {.path = (std::filesystem::path(config_.data_dir) / "delayd.db").string()},
+      [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
+  if (!store.ok()) return store.status();
+  store_ = std::move(store).value();
+
+  engine::EngineOptions eo;
+  eo.horizon_ms = config_.horizon_ms;
+  engine_ = std::make_unique<engine::Engine>(*store_, clock_, eo,
+                                             [this](int64_t at) { ArmTimer(at); });
+  if (Status s = engine_->Recover(); !s.ok()) return s;
+
+  struct utsname un {};
+  uname(&un);
+  process_.version = std::string("delayd ") + kVersion;
+  process_.instance_id = RandomHex16();
+  process_.hostname = un.nodename;
+  process_.os = un.version;
+  process_.platform = un.machine;
+  process_.started_us = clock_.SteadyMicros();
+  process_.max_job_size = config_.max_job_size;
+
+  beanstalk::SessionContext ctx{*engine_, clock_, counters_, process_, config_.max_job_size,
+                                [this] { return store_->stats().mutations; }, nullptr};
+  listener_ = std::make_unique<beanstalk::Listener>(io_, std::move(ctx), config_.max_connections);
+  std::string addresses;
+  for (const std::string& spec : config_.beanstalk) {
+    auto ep = beanstalk::ParseEndpoint(spec);
+    if (!ep.ok()) return ep.status();
+    auto bound = listener_->Listen(ep.value());
+    if (!bound.ok()) return bound.status();
+    addresses += " beanstalk=" + bound.value();
+  }
+  spdlog::info("delayd {} listening{} data-dir={}", kVersion, addresses, config_.data_dir);
+  signals_.async_wait([this](boost::system::error_code ec, int signo) {
+    if (!ec) OnSignal(signo);
+  });
+  return Status::Ok();
+}
+
+void Server::ArmTimer(int64_t steady_us) {
+  if (armed_us_ >= 0 && steady_us >= armed_us_) return;
+  armed_us_ = steady_us;
+  engine_timer_.expires_at(
+      asio::steady_timer::time_point(std::chrono::microseconds(steady_us)));
+  engine_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;  // re-armed earlier, or stopping
+    armed_us_ = -1;
+    engine_->Tick();
+  });
+}
+
+void Server::OnSignal(int signo) {
+  if (signo == SIGUSR1) {
+    // beanstalkd's drain mode: refuse new jobs, serve the rest.
+    spdlog::info("SIGUSR1: draining, new puts are refused");
+    engine_->SetDraining(true);
+    signals_.async_wait([this](boost::system::error_code ec, int s) {
+      if (!ec) OnSignal(s);
+    });
+    return;
+  }
+  spdlog::info("signal {}: shutting down", signo);
+  Shutdown();
+}
+
+void Server::Shutdown() {
+  if (stopping_) return;
+  stopping_ = true;
+  listener_->StopAccepting();
+  // New puts on open connections now get DRAINING; let replies already
+  // owed (waiting for the store) go out, for up to 5 seconds.
+  engine_->SetDraining(true);
+  WaitForQuiet(500);
+}
+
+void Server::WaitForQuiet(int attempts_left) {
+  if (listener_->BusySessions() > 0 && attempts_left > 0) {
+    shutdown_timer_.expires_after(std::chrono::milliseconds(10));
+    shutdown_timer_.async_wait([this, attempts_left](boost::system::error_code) {
+      WaitForQuiet(attempts_left - 1);
+    });
+    return;
+  }
+  listener_->CloseAll();
+  store_->Close();
+  engine_timer_.cancel();
+  signals_.cancel();
+  io_.stop();
+}
+
+int Server::Run() {
+  io_.run();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace delayd::server

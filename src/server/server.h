@@ -1,0 +1,51 @@
+// Server: wires the store, the engine and the protocol listeners onto one
+// event loop, and runs it until SIGTERM or SIGINT.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <memory>
+
+#include "common/clock.h"
+#include "engine/engine.h"
+#include "protocol/beanstalk/listener.h"
+#include "server/config.h"
+#include "store/sqlite/sqlite_store.h"
+
+namespace delayd::server {
+
+class Server {
+ public:
+  explicit Server(Config config);
+  ~Server();
+
+  // Opens the store, recovers, and starts listening. Logs one line naming
+  // every address it listens on.
+  Status Start();
+  // Serves until a stop signal, then shuts down gracefully: stops accepting,
+  // answers what is in flight, flushes the store. Returns the exit code.
+  int Run();
+
+ private:
+  void ArmTimer(int64_t steady_us);
+  void OnSignal(int signo);
+  void Shutdown();
+  void WaitForQuiet(int attempts_left);
+
+  Config config_;
+  SystemClock clock_;
+  boost::asio::io_context io_;
+  boost::asio::signal_set signals_;
+  boost::asio::steady_timer engine_timer_;
+  boost::asio::steady_timer shutdown_timer_;
+  int64_t armed_us_ = -1;
+  std::unique_ptr<store::SqliteStore> store_;
+  std::unique_ptr<engine::Engine> engine_;
+  beanstalk::ServerCounters counters_;
+  beanstalk::ProcessInfo process_;
+  std::unique_ptr<beanstalk::Listener> listener_;
+  bool stopping_ = false;
+};
+
+}  // namespace delayd::server
