@@ -1,0 +1,148 @@
+#include "support/process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "support/client.h"
+
+namespace delayd::testing {
+
+Process::~Process() {
+  if (pid_ > 0) Stop(SIGKILL);
+}
+
+void Process::Start(const std::vector<std::string>& argv, const std::string& log_path) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) throw std::runtime_error("cannot open " + log_path);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fd);
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+}
+
+int Process::Stop(int signo, std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, signo);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+      status = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  pid_ = -1;
+  return status;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string MakeTempDir(const std::string& prefix) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
+}
+
+DelaydServer::DelaydServer(std::string data_dir, std::vector<std::string> extra)
+    : data_dir_(std::move(data_dir)), extra_(std::move(extra)) {
+  log_path_ = data_dir_ + ".log";
+  Launch();
+}
+
+DelaydServer::~DelaydServer() {
+  if (process_.running()) process_.Stop(SIGKILL);
+}
+
+void DelaydServer::Launch() {
+  std::vector<std::string> argv = {DELAYD_BIN, "--data-dir", data_dir_, "--beanstalk",
+                                   "127.0.0.1:0"};
+  argv.insert(argv.end(), extra_.begin(), extra_.end());
+  const size_t log_start = ReadFile(log_path_).size();
+  process_.Start(argv, log_path_);
+  ++starts_;
+  static const std::regex kListening(R"(listening.* beanstalk=127\.0\.0\.1:(\d+))");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::string text = ReadFile(log_path_).substr(log_start);
+    std::smatch m;
+    if (std::regex_search(text, m, kListening)) {
+      port_ = std::stoi(m[1]);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  throw std::runtime_error("delayd did not start; log:\n" + ReadFile(log_path_));
+}
+
+void DelaydServer::Restart() {
+  if (process_.running()) process_.Stop(SIGTERM);
+  Launch();
+}
+
+int DelaydServer::Kill9() { return process_.Stop(SIGKILL); }
+int DelaydServer::Terminate() { return process_.Stop(SIGTERM); }
+
+bool BeanstalkdServer::available() { return ::access("/usr/bin/beanstalkd", X_OK) == 0; }
+
+BeanstalkdServer::BeanstalkdServer(std::vector<std::string> extra) {
+  port_ = FreePort();
+  std::vector<std::string> argv = {"/usr/bin/beanstalkd", "-l", "127.0.0.1", "-p",
+                                   std::to_string(port_)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  process_.Start(argv, "/dev/null");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    try {
+      Client probe(port_);
+      return;
+    } catch (const std::exception&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  throw std::runtime_error("beanstalkd did not start");
+}
+
+}  // namespace delayd::testing

@@ -1,0 +1,77 @@
+// Test support: start a server binary as a child process and stop it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace delayd::testing {
+
+// A child process whose stderr is captured to a file.
+class Process {
+ public:
+  Process() = default;
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  ~Process();
+
+  // Starts `argv[0]` with `argv`; stderr (and stdout) go to `log_path`.
+  void Start(const std::vector<std::string>& argv, const std::string& log_path);
+  // Sends `signo` and waits for exit (up to `timeout`); returns the wait status.
+  int Stop(int signo, std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// The text of a file, or "" if it cannot be read.
+std::string ReadFile(const std::string& path);
+
+// A free loopback TCP port (bound, then released).
+int FreePort();
+
+// A fresh empty directory under the system temp dir.
+std::string MakeTempDir(const std::string& prefix);
+
+// delayd started on ephemeral ports with its own data dir.
+class DelaydServer {
+ public:
+  // Starts delayd with `--data-dir dir --beanstalk 127.0.0.1:0` plus `extra`,
+  // and waits (10 s at most) for the line naming its port.
+  explicit DelaydServer(std::string data_dir, std::vector<std::string> extra = {});
+  ~DelaydServer();
+  void Restart();
+  int Kill9();       // crash: SIGKILL
+  int Terminate();   // SIGTERM; returns the wait status
+  int port() const { return port_; }
+  const std::string& data_dir() const { return data_dir_; }
+  std::string log() const { return ReadFile(log_path_); }
+
+ private:
+  void Launch();
+  std::string data_dir_;
+  std::vector<std::string> extra_;
+  std::string log_path_;
+  Process process_;
+  int port_ = 0;
+  int starts_ = 0;
+};
+
+// beanstalkd 1.12 from Debian, for side-by-side comparison; available() is
+// false when the binary is missing.
+class BeanstalkdServer {
+ public:
+  explicit BeanstalkdServer(std::vector<std::string> extra = {});
+  static bool available();
+  int port() const { return port_; }
+
+ private:
+  Process process_;
+  int port_ = 0;
+};
+
+}  // namespace delayd::testing
