@@ -1,0 +1,276 @@
+// The behaviours that take time or several connections, against the real
+// delayd binary: blocking reserves, ttr expiry, DEADLINE_SOON, pauses, kicks,
+// unix sockets, restarts, signals and hostile input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <thread>
+
+#include "support/client.h"
+#include "support/process.h"
+
+namespace delayd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class BehaviourTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("delayd-behaviour");
+    server_ = std::make_unique<DelaydServer>(dir_ + "/data", Extra());
+  }
+  virtual std::vector<std::string> Extra() { return {}; }
+  std::string dir_;
+  std::unique_ptr<DelaydServer> server_;
+};
+
+TEST_F(BehaviourTest, BlockingReserveIsWokenByAPutFromAnotherConnection) {
+  Client consumer(server_->port());
+  Client producer(server_->port());
+  consumer.Send("reserve\r\n");
+  EXPECT_TRUE(consumer.Silent(200ms)) << "reserve must block while nothing is ready";
+  uint64_t id = producer.Put("wake up");
+  EXPECT_EQ(consumer.Reply(), "RESERVED " + std::to_string(id) + " 7\r\nwake up\r\n");
+}
+
+TEST_F(BehaviourTest, ReserveWithTimeoutTimesOut) {
+  Client c(server_->port());
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.Cmd("reserve-with-timeout 1", 5s), "TIMED_OUT\r\n");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_EQ(c.Cmd("reserve-with-timeout 0"), "TIMED_OUT\r\n");
+}
+
+TEST_F(BehaviourTest, DelayedJobBecomesReadyAfterItsDelay) {
+  Client c(server_->port());
+  uint64_t id = c.Put("soon", 0, 1);
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(id)), "state"), "delayed");
+  EXPECT_EQ(c.Cmd("reserve-with-timeout 0"), "TIMED_OUT\r\n");
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.Cmd("reserve-with-timeout 5", 10s), "RESERVED " + std::to_string(id) + " 4\r\nsoon\r\n");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+}
+
+TEST_F(BehaviourTest, TtrExpiryReturnsTheJobToReady) {
+  Client worker(server_->port());
+  Client other(server_->port());
+  uint64_t id = worker.Put("slow work", 0, 0, 1);
+  EXPECT_EQ(Number(worker.Cmd("reserve")), id);
+  // The job comes back after its 1 s ttr; another worker then gets it.
+  EXPECT_EQ(Number(other.Cmd("reserve-with-timeout 5", 10s)), id);
+  std::string stats = other.Cmd("stats-job " + std::to_string(id));
+  EXPECT_EQ(Field(stats, "timeouts"), "1");
+  EXPECT_EQ(Field(stats, "reserves"), "2");
+  EXPECT_EQ(worker.Cmd("delete " + std::to_string(id)), "NOT_FOUND\r\n")
+      << "the first worker lost its reservation";
+}
+
+TEST_F(BehaviourTest, DeadlineSoonInterruptsABlockedReserve) {
+  Client c(server_->port());
+  c.Put("x", 0, 0, 2);
+  c.Cmd("reserve");
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.Cmd("reserve", 5s), "DEADLINE_SOON\r\n");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+}
+
+TEST_F(BehaviourTest, TouchExtendsTheReservation) {
+  Client c(server_->port());
+  uint64_t id = c.Put("x", 0, 0, 2);
+  c.Cmd("reserve");
+  std::this_thread::sleep_for(1500ms);  // part of the ttr passes on purpose
+  EXPECT_EQ(c.Cmd("touch " + std::to_string(id)), "TOUCHED\r\n");
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(id)), "time-left"), "1");
+}
+
+TEST_F(BehaviourTest, PausedTubeHoldsItsJobsUntilThePauseEnds) {
+  Client c(server_->port());
+  Client admin(server_->port());
+  uint64_t id = c.Put("held");
+  EXPECT_EQ(admin.Cmd("pause-tube default 1"), "PAUSED\r\n");
+  EXPECT_EQ(Field(admin.Cmd("stats-tube default"), "pause"), "1");
+  auto start = std::chrono::steady_clock::now();
+  c.Send("reserve\r\n");
+  EXPECT_TRUE(c.Silent(300ms));
+  EXPECT_EQ(Number(c.Reply(5s)), id);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 900ms);
+}
+
+TEST_F(BehaviourTest, KickMovesBuriedThenDelayedJobs) {
+  Client c(server_->port());
+  uint64_t buried = c.Put("b");
+  c.Cmd("reserve");
+  EXPECT_EQ(c.Cmd("bury " + std::to_string(buried) + " 1"), "BURIED\r\n");
+  uint64_t d1 = c.Put("d1", 0, 100);
+  uint64_t d2 = c.Put("d2", 0, 50);
+  EXPECT_EQ(c.Cmd("kick 10"), "KICKED 1\r\n") << "buried jobs first, and only them";
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(buried)), "state"), "ready");
+  EXPECT_EQ(c.Cmd("kick 1"), "KICKED 1\r\n");
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(d2)), "state"), "ready") << "earliest due first";
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(d1)), "state"), "delayed");
+  EXPECT_EQ(c.Cmd("kick-job " + std::to_string(d1)), "KICKED\r\n");
+}
+
+TEST_F(BehaviourTest, JobsFarBeyondTheHorizonAreKeptAndManageable) {
+  Client c(server_->port());
+  uint64_t far = c.Put("next week", 0, 7 * 86400);
+  EXPECT_EQ(c.Cmd("peek " + std::to_string(far)), "FOUND " + std::to_string(far) + " 9\r\nnext week\r\n");
+  EXPECT_EQ(Field(c.Cmd("stats"), "current-jobs-delayed"), "1");
+  server_->Restart();
+  Client c2(server_->port());
+  std::string st = c2.Cmd("stats-job " + std::to_string(far));
+  EXPECT_EQ(Field(st, "state"), "delayed");
+  EXPECT_GT(std::stol(Field(st, "time-left")), 7 * 86400 - 60);
+  EXPECT_EQ(c2.Cmd("delete " + std::to_string(far)), "DELETED\r\n");
+  EXPECT_EQ(c2.Cmd("peek " + std::to_string(far)), "NOT_FOUND\r\n");
+}
+
+TEST_F(BehaviourTest, StateSurvivesARestart) {
+  uint64_t ready, buried, delayed, gone;
+  {
+    Client c(server_->port());
+    c.Cmd("use keep");
+    ready = c.Put("ready", 7);
+    buried = c.Put("buried");
+    delayed = c.Put("delayed", 0, 3600);
+    gone = c.Put("gone");
+    c.Cmd("watch keep");
+    EXPECT_EQ(Number(c.Cmd("reserve-job " + std::to_string(buried))), buried);
+    c.Cmd("bury " + std::to_string(buried) + " 3");
+    c.Cmd("delete " + std::to_string(gone));
+    c.Cmd("pause-tube keep 3600");
+  }
+  server_->Restart();
+  Client c(server_->port());
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(ready)), "state"), "ready");
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(ready)), "pri"), "7");
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(buried)), "state"), "buried");
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(delayed)), "state"), "delayed");
+  EXPECT_EQ(c.Cmd("stats-job " + std::to_string(gone)), "NOT_FOUND\r\n");
+  EXPECT_EQ(Field(c.Cmd("stats-tube keep"), "pause"), "3600");
+  EXPECT_GT(c.Put("new"), gone) << "ids keep rising across restarts";
+}
+
+TEST_F(BehaviourTest, ReservedJobIsReadyAgainAfterACrash) {
+  uint64_t id;
+  {
+    Client c(server_->port());
+    id = c.Put("x");
+    c.Cmd("reserve");
+    server_->Kill9();
+  }
+  server_->Restart();
+  Client c(server_->port());
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(id)), "state"), "ready");
+}
+
+TEST_F(BehaviourTest, ClosingAConnectionReleasesItsReservations) {
+  Client waiting(server_->port());
+  uint64_t id;
+  {
+    Client c(server_->port());
+    id = c.Put("x");
+    c.Cmd("reserve");
+    waiting.Send("reserve\r\n");
+    EXPECT_TRUE(waiting.Silent(100ms));
+  }
+  EXPECT_EQ(Number(waiting.Reply()), id);
+}
+
+TEST_F(BehaviourTest, QuitClosesTheConnection) {
+  Client c(server_->port());
+  c.Send("quit\r\n");
+  EXPECT_TRUE(c.Closed());
+}
+
+TEST_F(BehaviourTest, ConnectionCutMidBodyHarmsNothing) {
+  {
+    Client c(server_->port());
+    c.Send("put 0 0 10 100\r\nonly part of the bo");
+  }
+  {
+    Client c(server_->port());
+    c.Send("put 0 0 10 70000\r\nxxxx");  // cut while a too-big body is discarded
+  }
+  Client c(server_->port());
+  uint64_t id = c.Put("fine");
+  std::string stats = c.Cmd("stats");
+  EXPECT_EQ(Field(stats, "current-jobs-ready"), "1");
+  EXPECT_EQ(Field(stats, "total-jobs"), "1");
+  EXPECT_EQ(Number(c.Cmd("reserve")), id);
+}
+
+TEST_F(BehaviourTest, BodyLongerThanAnnouncedIsRejectedAndNotStored) {
+  Client c(server_->port());
+  EXPECT_EQ(c.Cmd("put 0 0 10 3\r\nabcdef"), "EXPECTED_CRLF\r\n");
+  // What follows the announced body is read as the next command, as beanstalkd does.
+  EXPECT_EQ(c.Reply(), "UNKNOWN_COMMAND\r\n");
+  EXPECT_EQ(Field(c.Cmd("stats"), "total-jobs"), "0");
+}
+
+TEST_F(BehaviourTest, ByteByByteClientIsServed) {
+  Client c(server_->port());
+  for (char ch : std::string("put 1 0 10 2\r\nhi\r\n")) c.Send(std::string(1, ch));
+  EXPECT_EQ(c.Reply(), "INSERTED 1\r\n");
+}
+
+TEST_F(BehaviourTest, HalfClosedClientStillGetsItsReplies) {
+  Client c(server_->port());
+  std::string burst;
+  for (int i = 0; i < 20; ++i) burst += "put 0 0 10 1\r\nx\r\n";
+  c.Send(burst + "stats-tube default\r\n");
+  c.ShutdownWrite();
+  for (int i = 1; i <= 20; ++i) EXPECT_EQ(c.Reply(), "INSERTED " + std::to_string(i) + "\r\n");
+  EXPECT_EQ(Field(c.Reply(), "current-jobs-ready"), "20");
+  EXPECT_TRUE(c.Closed());
+}
+
+TEST_F(BehaviourTest, SigtermExitsCleanly) {
+  Client c(server_->port());
+  c.Put("x");
+  int status = server_->Terminate();
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  server_->Restart();
+  Client c2(server_->port());
+  EXPECT_EQ(Field(c2.Cmd("stats"), "current-jobs-ready"), "1");
+}
+
+class SmallJobsTest : public BehaviourTest {
+  std::vector<std::string> Extra() override { return {"--max-job-size", "10"}; }
+};
+
+TEST_F(SmallJobsTest, MaxJobSizeIsEnforcedAndReported) {
+  Client c(server_->port());
+  EXPECT_EQ(c.Cmd("put 0 0 10 11\r\n01234567890"), "JOB_TOO_BIG\r\n");
+  EXPECT_EQ(c.Cmd("put 0 0 10 10\r\n0123456789"), "INSERTED 1\r\n");
+  EXPECT_EQ(Field(c.Cmd("stats"), "max-job-size"), "10");
+}
+
+class UnixSocketTest : public BehaviourTest {
+  std::vector<std::string> Extra() override { return {"--beanstalk", "unix:" + dir_ + "/d.sock"}; }
+};
+
+TEST_F(UnixSocketTest, ServesOnBothTcpAndUnixSocket) {
+  // Extra() replaced the TCP address; the log line still names the socket.
+  EXPECT_NE(server_->log().find("beanstalk=unix:" + dir_ + "/d.sock"), std::string::npos);
+  Client over_unix(dir_ + "/d.sock");
+  uint64_t id = over_unix.Put("via unix");
+  Client over_tcp(server_->port());
+  EXPECT_EQ(Number(over_tcp.Cmd("peek " + std::to_string(id))), id);
+}
+
+TEST(ServerStartTest, UnusableAddressFailsLoudly) {
+  std::string dir = MakeTempDir("delayd-start");
+  Process p;
+  p.Start({DELAYD_BIN, "--data-dir", dir + "/data", "--beanstalk", "256.1.1.1:80"}, dir + "/log");
+  int status = p.Stop(0, 10s);  // signal 0: just wait for it to exit by itself
+  (void)status;
+  std::string log = ReadFile(dir + "/log");
+  EXPECT_NE(log.find("cannot start"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace delayd::testing
