@@ -289,7 +289,8 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
     done(Status::Unavailable("draining"));
     return;
   }
-  const int64_t now_ms = clock_.WallMillis();
+  // Rounded up: a job must never become ready before its delay has passed.
+  const int64_t now_ms = (clock_.WallMicros() + 999) / 1000;
   JobRecord r;
   r.id = next_id_++;
   r.tube = c->use->name;
@@ -362,7 +363,7 @@ void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms
   j->delay_ms = delay_ms;
   ++j->counters.releases;
   if (delay_ms > 0) {
-    j->due_ms = clock_.WallMillis() + delay_ms;
+    j->due_ms = (clock_.WallMicros() + 999) / 1000 + delay_ms;
     MakeDelayed(j);
   } else {
     MakeReady(j);

@@ -1,0 +1,183 @@
+// kill -9 while clients put, delete and bury at full speed; after each
+// restart, every job whose INSERTED, DELETED or BURIED reply a client got
+// must be present or absent accordingly, in the right state. Several cycles
+// on one data dir, so recovery of recovered state is exercised too.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "support/client.h"
+#include "support/process.h"
+
+namespace delayd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Expect {
+  bool delayed = false;        // put with a long delay
+  bool buried = false;         // BURIED received
+  bool bury_unsure = false;    // bury sent, no reply
+  bool deleted = false;        // DELETED received
+  bool delete_unsure = false;  // delete sent, no reply
+};
+
+class Model {
+ public:
+  void Inserted(uint64_t id, bool delayed) {
+    std::lock_guard lock(mu_);
+    jobs_[id].delayed = delayed;
+    ids_.push_back(id);
+  }
+  template <typename F>
+  void Update(uint64_t id, F f) {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) f(it->second);
+  }
+  // A random acknowledged id, or 0.
+  uint64_t Pick(std::mt19937& rng) {
+    std::lock_guard lock(mu_);
+    if (ids_.empty()) return 0;
+    return ids_[rng() % ids_.size()];
+  }
+  std::map<uint64_t, Expect> Snapshot() {
+    std::lock_guard lock(mu_);
+    return jobs_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<uint64_t, Expect> jobs_;
+  std::vector<uint64_t> ids_;
+};
+
+TEST(CrashTest, KillNineLosesNoAcknowledgedWrite) {
+  const int cycles = std::getenv("DELAYD_CRASH_CYCLES") ? std::atoi(std::getenv("DELAYD_CRASH_CYCLES")) : 4;
+  std::string dir = MakeTempDir("delayd-crash");
+  DelaydServer server(dir + "/data");
+  Model model;
+  std::mt19937 rng(12345);
+  uint64_t total_puts = 0, total_deletes = 0, total_buries = 0;
+
+  for (int cycle = 0; cycle < cycles; ++cycle) {
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> puts{0}, deletes{0}, buries{0};
+    std::vector<std::thread> threads;
+    for (int p = 0; p < 4; ++p) {
+      threads.emplace_back([&, p] {
+        std::mt19937 r(static_cast<unsigned>(cycle * 100 + p));
+        try {
+          Client c(server.port());
+          while (!stop) {
+            const bool delayed = r() % 3 == 0;
+            uint64_t id = c.Put("job", 10, delayed ? 3600 : 0, 120);
+            model.Inserted(id, delayed);
+            ++puts;
+          }
+        } catch (const std::exception&) {
+        }
+      });
+    }
+    for (int d = 0; d < 2; ++d) {
+      threads.emplace_back([&, d] {
+        std::mt19937 r(static_cast<unsigned>(cycle * 100 + 50 + d));
+        try {
+          Client c(server.port());
+          while (!stop) {
+            uint64_t id = model.Pick(r);
+            if (id == 0) continue;
+            model.Update(id, [](Expect& e) { e.delete_unsure = true; });
+            std::string reply = c.Cmd("delete " + std::to_string(id));
+            model.Update(id, [&](Expect& e) {
+              e.delete_unsure = false;
+              if (reply == "DELETED\r\n") e.deleted = true;
+            });
+            if (reply == "DELETED\r\n") ++deletes;
+          }
+        } catch (const std::exception&) {
+        }
+      });
+    }
+    threads.emplace_back([&] {
+      try {
+        Client c(server.port());
+        while (!stop) {
+          std::string r = c.Cmd("reserve-with-timeout 0");
+          if (r.rfind("RESERVED ", 0) != 0) continue;
+          uint64_t id = Number(r);
+          model.Update(id, [](Expect& e) { e.bury_unsure = true; });
+          std::string reply = c.Cmd("bury " + std::to_string(id) + " 5");
+          model.Update(id, [&](Expect& e) {
+            e.bury_unsure = false;
+            if (reply == "BURIED\r\n") e.buried = true;
+          });
+          if (reply == "BURIED\r\n") ++buries;
+        }
+      } catch (const std::exception&) {
+      }
+    });
+
+    // Let the load run for a while, different each cycle, then crash.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300 + rng() % 700));
+    server.Kill9();
+    stop = true;
+    for (auto& t : threads) t.join();
+    total_puts += puts;
+    total_deletes += deletes;
+    total_buries += buries;
+
+    server.Restart();
+    Client c(server.port());
+    size_t checked = 0;
+    for (const auto& [id, e] : model.Snapshot()) {
+      std::string st = c.Cmd("stats-job " + std::to_string(id));
+      const bool present = st.rfind("OK ", 0) == 0;
+      const std::string state = present ? Field(st, "state") : "absent";
+      SCOPED_TRACE("cycle " + std::to_string(cycle) + " job " + std::to_string(id));
+      if (e.deleted) {
+        ASSERT_FALSE(present) << "acknowledged delete came back as " << state;
+      } else if (e.delete_unsure) {
+        // Either outcome is correct for a delete that was never answered.
+      } else if (e.buried) {
+        ASSERT_EQ(state, "buried");
+      } else if (e.bury_unsure) {
+        ASSERT_TRUE(state == "buried" || state == "ready") << state;
+      } else {
+        ASSERT_EQ(state, e.delayed ? "delayed" : "ready");
+      }
+      ++checked;
+    }
+    // Settle the unsure ones by what the server now says, for later cycles.
+    for (const auto& [id, e] : model.Snapshot()) {
+      if (!e.delete_unsure && !e.bury_unsure) continue;
+      std::string st = c.Cmd("stats-job " + std::to_string(id));
+      model.Update(id, [&](Expect& x) {
+        x.delete_unsure = x.bury_unsure = false;
+        if (st.rfind("OK ", 0) != 0) {
+          x.deleted = true;
+        } else {
+          x.buried = Field(st, "state") == "buried";
+        }
+      });
+    }
+    std::printf("crash cycle %d: %llu puts, %llu deletes, %llu buries acknowledged; %zu jobs checked\n",
+                cycle, static_cast<unsigned long long>(puts.load()),
+                static_cast<unsigned long long>(deletes.load()),
+                static_cast<unsigned long long>(buries.load()), checked);
+  }
+  std::printf("crash test: %d kill -9 cycles, %llu puts, %llu deletes, %llu buries, none lost\n",
+              cycles, static_cast<unsigned long long>(total_puts),
+              static_cast<unsigned long long>(total_deletes),
+              static_cast<unsigned long long>(total_buries));
+  EXPECT_GT(total_puts, 100u) << "the load must actually have run";
+  EXPECT_GT(total_deletes, 10u);
+}
+
+}  // namespace
+}  // namespace delayd::testing
