@@ -310,7 +310,7 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
     }
     ++total_jobs_;
     ++j->tube->total_jobs;
-    if (j->due_ms > clock_.WallMillis()) {
+    if (j->delay_ms > 0 && j->due_ms * 1000 > clock_.WallMicros()) {
       MakeDelayed(j);
     } else {
       MakeReady(j);

@@ -151,6 +151,22 @@ TEST_F(EngineTest, DelayedJobBecomesReadyAtDueTimeNotBefore) {
   EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " later");
 }
 
+TEST_F(EngineTest, ZeroDelayIsReadyAndDelayNeverFiresEarlyMidMillisecond) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  clock_.Advance(400);  // the clock now sits 0.4 ms into a millisecond
+  uint64_t now_job = Put(c, "now");
+  EXPECT_STREQ(engine_->StatsJob(now_job)->state, "ready");
+  engine_->Reserve(c, 0);
+  r.Take();
+  uint64_t later = Put(c, "later", 1000);
+  engine_->Reserve(c, -1);
+  Advance(1000);  // exactly 1000 ms after the put is still 0.4 ms early
+  EXPECT_TRUE(r.events.empty()) << "fired before its delay had passed";
+  Advance(1);
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(later) + " later");
+}
+
 TEST_F(EngineTest, WakeTimeIsTheNextDueJob) {
   Recorder r;
   Client* c = engine_->Connect(&r);
