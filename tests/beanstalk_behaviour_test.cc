@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "support/client.h"
@@ -22,6 +23,11 @@ class BehaviourTest : public ::testing::Test {
     server_ = std::make_unique<DelaydServer>(dir_ + "/data", Extra());
   }
   virtual std::vector<std::string> Extra() { return {}; }
+  void TearDown() override {
+    server_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
   std::string dir_;
   std::unique_ptr<DelaydServer> server_;
 };
@@ -270,6 +276,7 @@ TEST(ServerStartTest, UnusableAddressFailsLoudly) {
   (void)status;
   std::string log = ReadFile(dir + "/log");
   EXPECT_NE(log.find("cannot start"), std::string::npos) << log;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // binlog figures, connection totals).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
@@ -59,6 +60,14 @@ class CompatTest : public ::testing::Test {
         }
         ASSERT_EQ(ra, rb) << "after sending: " << s.send.substr(0, 80);
       }
+    }
+  }
+  void TearDown() override {
+    delayd_.reset();
+    beanstalkd_.reset();
+    if (!dir_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir_, ignored);
     }
   }
   std::string dir_;

@@ -3,6 +3,8 @@
 // job may be held by two consumers at the same time.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -92,6 +94,9 @@ TEST(ConcurrencyTest, HundredConnectionsLoseAndDuplicateNothing) {
   EXPECT_EQ(Field(stats, "cmd-delete"), std::to_string(kProducers * kJobsEach));
   std::printf("concurrency: %d connections, %zu jobs put and deleted exactly once\n",
               kProducers + kConsumers, deleted.size());
+  server.Kill9();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 // on one data dir, so recovery of recovered state is exercised too.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -177,6 +179,9 @@ TEST(CrashTest, KillNineLosesNoAcknowledgedWrite) {
               static_cast<unsigned long long>(total_buries));
   EXPECT_GT(total_puts, 100u) << "the load must actually have run";
   EXPECT_GT(total_deletes, 10u);
+  server.Kill9();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 }  // namespace
