@@ -185,6 +185,22 @@ TEST_F(BehaviourTest, ClosingAConnectionReleasesItsReservations) {
   EXPECT_EQ(Number(waiting.Reply()), id);
 }
 
+TEST_F(BehaviourTest, PipelinedWritesAnswerInOrderAndSeeEachOther) {
+  Client c(server_->port());
+  uint64_t a = c.Put("a");
+  uint64_t b = c.Put("b");
+  const std::string sa = std::to_string(a), sb = std::to_string(b);
+  c.Send("delete " + sa + "\r\ndelete " + sa + "\r\nreserve-job " + sb + "\r\nbury " + sb +
+         " 1\r\nkick-job " + sb + "\r\npeek-ready\r\nstats-job " + sa + "\r\n");
+  EXPECT_EQ(c.Reply(), "DELETED\r\n");
+  EXPECT_EQ(c.Reply(), "NOT_FOUND\r\n");
+  EXPECT_EQ(c.Reply(), "RESERVED " + sb + " 1\r\nb\r\n");
+  EXPECT_EQ(c.Reply(), "BURIED\r\n");
+  EXPECT_EQ(c.Reply(), "KICKED\r\n");
+  EXPECT_EQ(c.Reply(), "FOUND " + sb + " 1\r\nb\r\n");
+  EXPECT_EQ(c.Reply(), "NOT_FOUND\r\n");
+}
+
 TEST_F(BehaviourTest, QuitClosesTheConnection) {
   Client c(server_->port());
   c.Send("quit\r\n");

@@ -143,8 +143,8 @@ bool Session::StepCommand() {
   }
   Command cmd = ParseCommand(std::string_view(data, len - 2));
   const bool is_put = cmd.op == Op::kPut && cmd.error == ParseError::kNone;
-  if (reserve_slot_ != nullptr || blocking_pending_ > 0 || (!is_put && pending_ > 0)) {
-    return false;  // runs when the replies before it are ready
+  if (reserve_slot_ != nullptr || (!is_put && puts_pending_ > 0)) {
+    return false;  // runs when the reserve or the puts before it are answered
   }
   in_pos_ += len;
   Execute(cmd);
@@ -160,7 +160,7 @@ bool Session::StepSkipLine() {
     in_pos_ += kLineMax;
     return true;
   }
-  if (reserve_slot_ != nullptr || pending_ > 0) return false;
+  if (reserve_slot_ != nullptr) return false;
   in_pos_ += len;
   mode_ = Mode::kCommand;
   Reply(reply::kBadFormat);
@@ -211,7 +211,7 @@ void Session::Execute(Command& cmd) {
       if (cmd.bytes > ctx_.max_job_size) {
         // beanstalkd reads and throws away the body before answering.
         discard_ = uint64_t{cmd.bytes} + 2;
-        discard_slot_ = NewSlot(true);
+        discard_slot_ = NewSlot();
         mode_ = Mode::kDiscard;
         return;
       }
@@ -235,7 +235,7 @@ void Session::Execute(Command& cmd) {
         ++ctx_.counters.workers;
       }
       if (cmd.op == Op::kReserveJob) return job_or_status("RESERVED", e.ReserveJob(client_, cmd.id));
-      reserve_slot_ = NewSlot(true);
+      reserve_slot_ = NewSlot();
       e.Reserve(client_, cmd.op == Op::kReserve || cmd.timeout_s < 0 ? -1 : cmd.timeout_s * 1000);
       return;
     case Op::kDelete: return e.Delete(client_, cmd.id, FillOnDone(reply::kDeleted));
@@ -244,7 +244,7 @@ void Session::Execute(Command& cmd) {
                        FillOnDone(reply::kReleased));
     case Op::kBury: return e.Bury(client_, cmd.id, cmd.priority, FillOnDone(reply::kBuried));
     case Op::kKick: {
-      Slot* s = NewSlot(true);
+      Slot* s = NewSlot();
       e.Kick(client_, cmd.bound, [w = weak_from_this(), s](Result<uint64_t> r) {
         auto self = w.lock();
         if (!self || self->closed_) return;
@@ -298,7 +298,7 @@ void Session::Execute(Command& cmd) {
 }
 
 void Session::FinishPut(std::string body) {
-  Slot* s = NewSlot(false);
+  Slot* s = NewSlot(/*put=*/true);
   ctx_.engine.Put(client_, put_.priority, put_.delay_s * 1000, put_.ttr_s * 1000, std::move(body),
                   [w = weak_from_this(), s](Result<uint64_t> r) {
                     auto self = w.lock();
@@ -336,10 +336,10 @@ void Session::OnDeadlineSoon() {
 
 // ---------------------------------------------------------------- output
 
-Session::Slot* Session::NewSlot(bool blocking) {
-  slots_.push_back(Slot{false, blocking, {}});
+Session::Slot* Session::NewSlot(bool put) {
+  slots_.push_back(Slot{false, put, {}});
   ++pending_;
-  if (blocking) ++blocking_pending_;
+  if (put) ++puts_pending_;
   return &slots_.back();  // deque::push_back keeps references to elements valid
 }
 
@@ -347,16 +347,16 @@ void Session::Fill(Slot* slot, std::string_view data) {
   slot->data.assign(data);
   slot->ready = true;
   --pending_;
-  if (slot->blocking) --blocking_pending_;
+  if (slot->put) --puts_pending_;
   queued_bytes_ += data.size();
   Flush();
   ScheduleProcess();
 }
 
-void Session::Reply(std::string_view data) { Fill(NewSlot(false), data); }
+void Session::Reply(std::string_view data) { Fill(NewSlot(), data); }
 
 std::function<void(const Status&)> Session::FillOnDone(std::string_view ok) {
-  Slot* s = NewSlot(true);
+  Slot* s = NewSlot();
   return [w = weak_from_this(), s, ok](const Status& st) {
     auto self = w.lock();
     if (!self || self->closed_) return;

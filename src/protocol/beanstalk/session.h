@@ -2,10 +2,12 @@
 //
 // Input is framed as beanstalkd frames it (a command line of at most 224
 // bytes including CRLF; a put's body of exactly the announced size plus
-// CRLF). Replies leave in command order. A put may run while earlier puts of
-// the same connection wait for the store, so a pipelining producer gets group
-// commit; every other command waits until all earlier replies are ready, so a
-// client never observes its own unacknowledged writes out of order.
+// CRLF). Replies leave in command order. Commands run without waiting for the
+// store, so a pipelining client gets group commit; the one exception is that a
+// command other than put waits until this connection's earlier puts are
+// acknowledged, because a put is invisible until durable and a following
+// stats or peek must see it as beanstalkd would. A blocked reserve holds up
+// the commands after it, as in beanstalkd.
 //
 // Memory per connection is bounded: reading pauses while 256 KiB of input is
 // buffered and no progress is possible, and command processing pauses while
@@ -62,7 +64,7 @@ class Session : public std::enable_shared_from_this<Session>, public engine::Cli
   enum class Mode { kCommand, kSkipLine, kBody, kDiscard };
   struct Slot {
     bool ready = false;
-    bool blocking = false;  // a non-put: nothing after it runs until it is ready
+    bool put = false;  // a put's reply: other commands wait until it is ready
     std::string data;
   };
 
@@ -78,7 +80,7 @@ class Session : public std::enable_shared_from_this<Session>, public engine::Cli
   void Execute(Command& cmd);
   void FinishPut(std::string body);
 
-  Slot* NewSlot(bool blocking);
+  Slot* NewSlot(bool put = false);
   void Fill(Slot* slot, std::string_view data);
   void Reply(std::string_view data);  // a reply ready at once
   std::function<void(const Status&)> FillOnDone(std::string_view ok);
@@ -103,8 +105,8 @@ class Session : public std::enable_shared_from_this<Session>, public engine::Cli
   Slot* discard_slot_ = nullptr;
 
   std::deque<Slot> slots_;  // replies in command order
-  size_t blocking_pending_ = 0;
-  size_t pending_ = 0;
+  size_t puts_pending_ = 0;  // put replies not yet ready
+  size_t pending_ = 0;       // replies not yet ready
   Slot* reserve_slot_ = nullptr;  // the blocked reserve, if any
 
   std::string out_;        // replies being written
