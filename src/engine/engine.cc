@@ -139,8 +139,7 @@ void Engine::Detach(Job* j) {
       wheel_.Cancel(&j->timer.node);
       break;
     case JobState::kReserved: {
-      auto& rs = j->reserver->reserved;
-      rs.erase(std::find(rs.begin(), rs.end(), j));
+      j->reserver->reserved.erase(j);
       --t->reserved;
       wheel_.Cancel(&j->timer.node);
       j->reserver = nullptr;
@@ -222,7 +221,7 @@ Client* Engine::Connect(ClientObserver* observer) {
 void Engine::Disconnect(Client* c) {
   StopWaiting(c);
   wheel_.Cancel(&c->timer.node);
-  std::vector<Job*> held = c->reserved;
+  std::vector<Job*> held(c->reserved.begin(), c->reserved.end());
   for (Job* j : held) {
     Detach(j);
     MakeReady(j);
@@ -391,7 +390,9 @@ Status Engine::Touch(Client* c, uint64_t id) {
   if (j == nullptr || j->state != JobState::kReserved || j->reserver != c) {
     return Status::NotFound("job not reserved by this client");
   }
+  c->reserved.erase(j);
   j->deadline_us = clock_.SteadyMicros() + j->ttr_ms * 1000;
+  c->reserved.insert(j);
   Schedule(j->timer, TickAtSteady(j->deadline_us));
   return Status::Ok();
 }

@@ -215,8 +215,8 @@ void Engine::Grant(Client* c, Job* j) {
   j->reserver = c;
   ++j->tube->reserved;
   ++j->counters.reserves;
-  c->reserved.push_back(j);
   j->deadline_us = clock_.SteadyMicros() + j->ttr_ms * 1000;
+  c->reserved.insert(j);
   Schedule(j->timer, TickAtSteady(j->deadline_us));
   c->observer->OnReserved(View(*j));
 }
@@ -233,17 +233,15 @@ void Engine::StopWaiting(Client* c) {
 }
 
 bool Engine::DeadlineSoon(const Client* c) const {
-  const int64_t now_us = clock_.SteadyMicros();
-  for (const Job* j : c->reserved) {
-    if (now_us >= j->deadline_us - options_.deadline_soon_ms * 1000) return true;
-  }
-  return false;
+  if (c->reserved.empty()) return false;
+  const Job* soonest = *c->reserved.begin();
+  return clock_.SteadyMicros() >= soonest->deadline_us - options_.deadline_soon_ms * 1000;
 }
 
 void Engine::ScheduleClient(Client* c) {
   int64_t at = c->wait_until_us;
-  for (const Job* j : c->reserved) {
-    const int64_t soon = j->deadline_us - options_.deadline_soon_ms * 1000;
+  if (!c->reserved.empty()) {
+    const int64_t soon = (*c->reserved.begin())->deadline_us - options_.deadline_soon_ms * 1000;
     if (at < 0 || soon < at) at = soon;
   }
   if (at < 0) {

@@ -206,6 +206,25 @@ TEST_F(EngineTest, BlockedReserveGetsDeadlineSoonOneSecondBeforeTtr) {
   EXPECT_EQ(r.Take(), "deadline-soon");
 }
 
+TEST_F(EngineTest, DeadlineSoonFollowsTheSoonestOfManyReservations) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  Put(c, "a", 0, 1, 10'000);
+  uint64_t short_ttr = Put(c, "b", 0, 2, 3000);
+  Put(c, "c", 0, 3, 20'000);
+  for (int i = 0; i < 3; ++i) {
+    engine_->Reserve(c, 0);
+    r.Take();
+  }
+  Advance(1500);
+  EXPECT_TRUE(engine_->Touch(c, short_ttr).ok());  // now due 3 s from here: 4.5 s from start
+  engine_->Reserve(c, -1);
+  Advance(1999);  // 3.499 s from start: the touched job's margin starts at 3.5 s
+  EXPECT_TRUE(r.events.empty());
+  Advance(1);
+  EXPECT_EQ(r.Take(), "deadline-soon");
+}
+
 TEST_F(EngineTest, ReserveWithTimeoutTimesOut) {
   Recorder r;
   Client* c = engine_->Connect(&r);

@@ -67,6 +67,11 @@ struct DelayOrder {
     return a->due_ms != b->due_ms ? a->due_ms < b->due_ms : a->id < b->id;
   }
 };
+struct DeadlineOrder {
+  bool operator()(const Job* a, const Job* b) const {
+    return a->deadline_us != b->deadline_us ? a->deadline_us < b->deadline_us : a->id < b->id;
+  }
+};
 struct BuryOrder {
   bool operator()(const Job* a, const Job* b) const { return a->bury_seq < b->bury_seq; }
 };
@@ -116,7 +121,9 @@ struct Client {
   ClientObserver* observer = nullptr;
   Tube* use = nullptr;
   std::vector<Tube*> watch;      // in watch order, as list-tubes-watched shows it
-  std::vector<Job*> reserved;
+  // Reserved jobs, soonest deadline first. Erase a job before changing its
+  // deadline_us.
+  std::set<Job*, DeadlineOrder> reserved;
   bool waiting = false;
   int64_t wait_until_us = -1;    // steady us when a reserve-with-timeout gives up; -1: never
   EngineTimer timer;             // the earlier of wait_until_us and deadline-soon
