@@ -271,6 +271,21 @@ TEST_F(SmallJobsTest, MaxJobSizeIsEnforcedAndReported) {
   EXPECT_EQ(Field(c.Cmd("stats"), "max-job-size"), "10");
 }
 
+class ConnectionLimitTest : public BehaviourTest {
+  std::vector<std::string> Extra() override { return {"--max-connections", "2"}; }
+};
+
+TEST_F(ConnectionLimitTest, ConnectionsBeyondTheLimitAreClosedOthersKeepWorking) {
+  Client a(server_->port());
+  Client b(server_->port());
+  EXPECT_EQ(a.Cmd("list-tube-used"), "USING default\r\n");
+  EXPECT_EQ(b.Cmd("list-tube-used"), "USING default\r\n");
+  Client refused(server_->port());
+  EXPECT_TRUE(refused.Closed());
+  EXPECT_EQ(a.Put("still served"), 1u);
+  EXPECT_EQ(Field(b.Cmd("stats"), "current-connections"), "2");
+}
+
 class UnixSocketTest : public BehaviourTest {
   std::vector<std::string> Extra() override { return {"--beanstalk", "unix:" + dir_ + "/d.sock"}; }
 };

@@ -196,6 +196,17 @@ Result<std::optional<JobRecord>> Engine::FindFar(uint64_t id) {
   return std::move(rec);
 }
 
+Result<Job*> Engine::FindOrLoad(uint64_t id, const std::function<bool(const Job&)>& allowed) {
+  if (Job* j = FindLive(id)) {
+    if (!allowed(*j)) return Status::NotFound("job is not in a state for this command");
+    return j;
+  }
+  auto far = FindFar(id);
+  if (!far.ok()) return far.status();
+  if (!far.value()) return Status::NotFound("no such job");
+  return MaterializeFar(**far);  // delayed, which every caller accepts
+}
+
 Job* Engine::MaterializeFar(const JobRecord& r) {
   Job* j = AddJob(r, JobState::kDelayed);
   if (j->tube->far_delayed > 0) --j->tube->far_delayed;
@@ -319,33 +330,19 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
 }
 
 Result<JobView> Engine::ReserveJob(Client* c, uint64_t id) {
-  Job* j = FindLive(id);
-  if (j == nullptr) {
-    auto far = FindFar(id);
-    if (!far.ok()) return far.status();
-    if (!far.value()) return Status::NotFound("no such job");
-    j = MaterializeFar(**far);
-  } else if (j->state == JobState::kReserved) {
-    return Status::NotFound("job is reserved");
-  }
-  Grant(c, j);
-  return View(*j);
+  auto found = FindOrLoad(id, [](const Job& j) { return j.state != JobState::kReserved; });
+  if (!found.ok()) return found.status();
+  Grant(c, found.value());
+  return View(*found.value());
 }
 
 void Engine::Delete(Client* c, uint64_t id, Done done) {
-  Job* j = FindLive(id);
-  if (j != nullptr) {
-    if (j->state == JobState::kReserved && j->reserver != c) {
-      done(Status::NotFound("job is reserved by another client"));
-      return;
-    }
-    Detach(j);
-  } else {
-    auto far = FindFar(id);
-    if (!far.ok()) return done(far.status());
-    if (!far.value()) return done(Status::NotFound("no such job"));
-    j = MaterializeFar(**far);
-  }
+  auto found = FindOrLoad(id, [c](const Job& j) {
+    return j.state != JobState::kReserved || j.reserver == c;
+  });
+  if (!found.ok()) return done(found.status());
+  Job* j = found.value();
+  Detach(j);
   j->state = JobState::kDeleting;
   ++j->tube->deletes;
   Write(j, Mutation::Delete(id), std::move(done));
@@ -398,19 +395,12 @@ Status Engine::Touch(Client* c, uint64_t id) {
 }
 
 void Engine::KickJob(uint64_t id, Done done) {
-  Job* j = FindLive(id);
-  if (j != nullptr) {
-    if (j->state != JobState::kBuried && j->state != JobState::kDelayed) {
-      done(Status::NotFound("job is neither buried nor delayed"));
-      return;
-    }
-    Detach(j);
-  } else {
-    auto far = FindFar(id);
-    if (!far.ok()) return done(far.status());
-    if (!far.value()) return done(Status::NotFound("no such job"));
-    j = MaterializeFar(**far);
-  }
+  auto found = FindOrLoad(id, [](const Job& j) {
+    return j.state == JobState::kBuried || j.state == JobState::kDelayed;
+  });
+  if (!found.ok()) return done(found.status());
+  Job* j = found.value();
+  Detach(j);
   ++j->counters.kicks;
   MakeReady(j);
   Write(j, Mutation::Update(Record(*j)), std::move(done));

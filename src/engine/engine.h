@@ -138,6 +138,9 @@ class Engine {
   void WriteDone(Job* j);
   Result<std::optional<store::JobRecord>> FindFar(uint64_t id);
   Job* MaterializeFar(const store::JobRecord& r);
+  // The job `id` in memory if `allowed` accepts it, or a delayed job beyond
+  // the horizon brought into memory (not yet detached from anything).
+  Result<Job*> FindOrLoad(uint64_t id, const std::function<bool(const Job&)>& allowed);
 
   // Waiters.
   void Serve(Tube* t);

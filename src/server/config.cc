@@ -3,10 +3,18 @@
 #include <CLI/CLI.hpp>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <iostream>
 #include <set>
 
 namespace delayd::server {
+
+namespace {
+const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warn", "error", "off"};
+bool ValidLogLevel(const std::string& l) {
+  return std::find(kLogLevels.begin(), kLogLevels.end(), l) != kLogLevels.end();
+}
+}  // namespace
 
 Status LoadToml(const std::string& path, Config& config) {
   toml::table t;
@@ -54,7 +62,9 @@ Status LoadToml(const std::string& path, Config& config) {
   if (Status s = integer("max-connections", config.max_connections, 1); !s.ok()) return s;
   if (Status s = integer("horizon-ms", config.horizon_ms, 1000); !s.ok()) return s;
   if (auto n = t["log-level"]; n) {
-    if (!n.is_string()) return type_error("log-level", "a string");
+    if (!n.is_string() || !ValidLogLevel(*n.value<std::string>())) {
+      return type_error("log-level", "one of trace, debug, info, warn, error, off");
+    }
     config.log_level = *n.value<std::string>();
   }
   return Status::Ok();
@@ -91,7 +101,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--horizon-ms", c.horizon_ms,
                  "Delayed jobs due within this many ms are held in memory (default 60000)")
       ->check(CLI::Range(int64_t{1000}, int64_t{86'400'000}));
-  app.add_option("--log-level", c.log_level, "trace, debug, info, warn or error (default info)");
+  app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error or off (default info)")
+      ->check(CLI::IsMember(kLogLevels));
 
   auto* compat = "beanstalkd compatibility";
   app.add_option("-l", listen_addr, "beanstalkd: listen address (or unix:PATH)")->group(compat);

@@ -41,6 +41,11 @@ TEST(ConfigTest, BeanstalkdAliases) {
   EXPECT_FALSE(Parse({"-f", "50", "-F"}).exit) << "beanstalkd's fsync flags are accepted";
 }
 
+TEST(ConfigTest, UnknownLogLevelFails) {
+  EXPECT_TRUE(Parse({"--log-level", "loud"}).exit);
+  EXPECT_FALSE(Parse({"--log-level", "warn"}).exit);
+}
+
 TEST(ConfigTest, UnknownFlagFails) {
   ParsedArgs a = Parse({"--no-such-flag"});
   EXPECT_TRUE(a.exit);
@@ -80,6 +85,7 @@ TEST_F(TomlTest, WrongTypeIsAnError) {
   EXPECT_FALSE(LoadToml(Write("max-job-size = \"big\"\n"), c).ok());
   EXPECT_FALSE(LoadToml(Write("max-job-size = -5\n"), c).ok());
   EXPECT_FALSE(LoadToml(Write("this is not toml"), c).ok());
+  EXPECT_FALSE(LoadToml(Write("log-level = \"loud\"\n"), c).ok());
   EXPECT_EQ(c.max_job_size, 65535u) << "a failed load changes nothing it did not reach";
 }
 

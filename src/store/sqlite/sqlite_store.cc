@@ -106,6 +106,15 @@ class Stmt {
   sqlite3_stmt* stmt_ = nullptr;
 };
 
+// Binds the five counters to parameters first .. first + 4.
+void BindCounters(Stmt& st, int first, const JobCounters& c) {
+  st.Bind(first, c.reserves);
+  st.Bind(first + 1, c.timeouts);
+  st.Bind(first + 2, c.releases);
+  st.Bind(first + 3, c.buries);
+  st.Bind(first + 4, c.kicks);
+}
+
 JobRecord ReadJob(sqlite3_stmt* s) {
   JobRecord j;
   j.id = static_cast<uint64_t>(sqlite3_column_int64(s, 0));
@@ -317,11 +326,7 @@ Status SqliteStore::ApplyBatch(std::deque<Pending>& batch) {
         st.insert.Bind(6, j.delay_ms);
         st.insert.Bind(7, j.ttr_ms);
         st.insert.Bind(8, j.created_ms);
-        st.insert.Bind(9, j.counters.reserves);
-        st.insert.Bind(10, j.counters.timeouts);
-        st.insert.Bind(11, j.counters.releases);
-        st.insert.Bind(12, j.counters.buries);
-        st.insert.Bind(13, j.counters.kicks);
+        BindCounters(st.insert, 9, j.counters);
         st.insert.BindBlob(14, j.body);
         st.insert.Bind(15, DueMinute(j.due_ms));
         s = st.insert.Run("insert job");
@@ -334,11 +339,7 @@ Status SqliteStore::ApplyBatch(std::deque<Pending>& batch) {
         st.update.Bind(4, j.due_ms);
         st.update.Bind(5, DueMinute(j.due_ms));
         st.update.Bind(6, j.delay_ms);
-        st.update.Bind(7, j.counters.reserves);
-        st.update.Bind(8, j.counters.timeouts);
-        st.update.Bind(9, j.counters.releases);
-        st.update.Bind(10, j.counters.buries);
-        st.update.Bind(11, j.counters.kicks);
+        BindCounters(st.update, 7, j.counters);
         s = st.update.Run("update job");
         break;
       case Mutation::Kind::kDelete:
