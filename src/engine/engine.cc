@@ -321,7 +321,11 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
     ++total_jobs_;
     ++j->tube->total_jobs;
     if (j->delay_ms > 0 && j->due_ms * 1000 > clock_.WallMicros()) {
-      MakeDelayed(j);
+      if (store::DueMinute(j->due_ms) > loaded_minute_) {
+        j->state = JobState::kDelayed;  // beyond the horizon: WriteDone hands it to the store
+      } else {
+        MakeDelayed(j);
+      }
     } else {
       MakeReady(j);
     }
