@@ -25,8 +25,16 @@ uint64_t Engine::TickAtSteady(int64_t steady_us) const {
   return rel <= 0 ? 0 : static_cast<uint64_t>((rel + 999) / 1000);
 }
 
+// Wall time maps to steady time through two clock reads, which differ by a
+// few microseconds (measured: 2-3 us past the boundary for every job). With
+// plain rounding up, that pushed every job due exactly on a millisecond one
+// whole tick late. An instant within kWallSkewUs after a tick boundary counts
+// as the boundary; the event loop's own wake-up is later than that anyway
+// (measured 14-120 us), so a job still does not fire before its due time.
+constexpr int64_t kWallSkewUs = 50;
+
 uint64_t Engine::TickAtWall(int64_t wall_ms) const {
-  return TickAtSteady(clock_.SteadyMicros() + (wall_ms * 1000 - clock_.WallMicros()));
+  return TickAtSteady(clock_.SteadyMicros() + (wall_ms * 1000 - clock_.WallMicros()) - kWallSkewUs);
 }
 
 void Engine::Schedule(EngineTimer& t, uint64_t tick) {

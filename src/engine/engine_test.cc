@@ -29,6 +29,19 @@ struct Recorder : ClientObserver {
   }
 };
 
+// A manual clock whose wall reading can lag its steady reading by a few
+// microseconds, as two real clock reads made one after the other do.
+class TestClock final : public Clock {
+ public:
+  int64_t WallMicros() const override { return base.WallMicros() - wall_lag_us; }
+  int64_t SteadyMicros() const override { return base.SteadyMicros(); }
+  void Advance(int64_t us) { base.Advance(us); }
+  void AdvanceMillis(int64_t ms) { base.AdvanceMillis(ms); }
+  void StepWall(int64_t us) { base.StepWall(us); }
+  ManualClock base;
+  int64_t wall_lag_us = 0;
+};
+
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -104,7 +117,7 @@ class EngineTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  ManualClock clock_;
+  TestClock clock_;
   std::unique_ptr<store::SqliteStore> store_;
   std::unique_ptr<Engine> engine_;
   int64_t wake_at_ = -1;
@@ -165,6 +178,18 @@ TEST_F(EngineTest, ZeroDelayIsReadyAndDelayNeverFiresEarlyMidMillisecond) {
   EXPECT_TRUE(r.events.empty()) << "fired before its delay had passed";
   Advance(1);
   EXPECT_EQ(r.Take(), "reserved " + std::to_string(later) + " later");
+}
+
+TEST_F(EngineTest, ClockReadSkewDoesNotDelayAJobByATick) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  Advance(500);  // half-way into a millisecond, so the due time rounds up
+  clock_.wall_lag_us = 3;
+  uint64_t id = Put(c, "x", 1000);
+  engine_->Reserve(c, -1);
+  Advance(1000);  // 0.5 ms into the due millisecond
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " x")
+      << "3 us of skew between the two clock reads cost a whole tick";
 }
 
 TEST_F(EngineTest, WakeTimeIsTheNextDueJob) {
