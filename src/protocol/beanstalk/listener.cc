@@ -15,8 +15,12 @@ using asio::generic::stream_protocol;
 Listener::Listener(asio::io_context& io, SessionContext ctx, size_t max_connections)
     : io_(io), ctx_(std::move(ctx)), max_connections_(max_connections) {
   ctx_.on_closed = [this](Session* s) {
-    // Erasing may drop the last reference; let the caller's frame finish first.
-    asio::post(io_, [this, s] { sessions_.erase(s); });
+    // Erasing may drop the last reference; let the caller's frame finish
+    // first. The listener may be gone by then (shutdown closes every
+    // session and then destroys it), hence the liveness token.
+    asio::post(io_, [this, s, alive = std::weak_ptr<bool>(alive_)] {
+      if (alive.lock()) sessions_.erase(s);
+    });
   };
 }
 

@@ -46,6 +46,7 @@ class Listener {
   std::vector<std::unique_ptr<Acceptor>> acceptors_;
   std::vector<std::string> unix_paths_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // see on_closed
 };
 
 // "127.0.0.1:11300", "[::1]:0", "localhost:11300" or "unix:/path/to.sock".
