@@ -78,6 +78,16 @@ Job* Engine::FindLive(uint64_t id) const {
   return j->state == JobState::kPending || j->state == JobState::kDeleting ? nullptr : j;
 }
 
+Job* Engine::ReservedBy(const Client* c, uint64_t id) const {
+  Job* j = FindLive(id);
+  return j != nullptr && j->state == JobState::kReserved && j->reserver == c ? j : nullptr;
+}
+
+int64_t Engine::DueFromNow(int64_t delay_ms) const {
+  // Rounded up: a job must never become ready before its delay has passed.
+  return (clock_.WallMicros() + 999) / 1000 + delay_ms;
+}
+
 Job* Engine::AddJob(const JobRecord& r, JobState state) {
   auto j = std::make_unique<Job>();
   j->id = r.id;
@@ -299,17 +309,16 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
     done(Status::Unavailable("draining"));
     return;
   }
-  // Rounded up: a job must never become ready before its delay has passed.
-  const int64_t now_ms = (clock_.WallMicros() + 999) / 1000;
+  const int64_t due_ms = DueFromNow(delay_ms);
   JobRecord r;
   r.id = next_id_++;
   r.tube = c->use->name;
   r.priority = priority;
   r.state = delay_ms > 0 ? StoredState::kDelayed : StoredState::kReady;
-  r.due_ms = now_ms + delay_ms;
+  r.due_ms = due_ms;
   r.delay_ms = delay_ms;
   r.ttr_ms = ttr_ms;
-  r.created_ms = now_ms;
+  r.created_ms = due_ms - delay_ms;
   r.body = std::move(body);
   Job* j = AddJob(r, JobState::kPending);
   Write(j, Mutation::Insert(std::move(r)), [this, j, done = std::move(done)](const Status& s) {
@@ -353,17 +362,14 @@ void Engine::Delete(Client* c, uint64_t id, Done done) {
 }
 
 void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms, Done done) {
-  Job* j = FindLive(id);
-  if (j == nullptr || j->state != JobState::kReserved || j->reserver != c) {
-    done(Status::NotFound("job not reserved by this client"));
-    return;
-  }
+  Job* j = ReservedBy(c, id);
+  if (j == nullptr) return done(Status::NotFound("job not reserved by this client"));
   Detach(j);
   j->priority = priority;
   j->delay_ms = delay_ms;
   ++j->counters.releases;
   if (delay_ms > 0) {
-    j->due_ms = (clock_.WallMicros() + 999) / 1000 + delay_ms;
+    j->due_ms = DueFromNow(delay_ms);
     MakeDelayed(j);
   } else {
     MakeReady(j);
@@ -372,11 +378,8 @@ void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms
 }
 
 void Engine::Bury(Client* c, uint64_t id, uint32_t priority, Done done) {
-  Job* j = FindLive(id);
-  if (j == nullptr || j->state != JobState::kReserved || j->reserver != c) {
-    done(Status::NotFound("job not reserved by this client"));
-    return;
-  }
+  Job* j = ReservedBy(c, id);
+  if (j == nullptr) return done(Status::NotFound("job not reserved by this client"));
   Detach(j);
   j->priority = priority;
   ++j->counters.buries;
@@ -387,10 +390,8 @@ void Engine::Bury(Client* c, uint64_t id, uint32_t priority, Done done) {
 }
 
 Status Engine::Touch(Client* c, uint64_t id) {
-  Job* j = FindLive(id);
-  if (j == nullptr || j->state != JobState::kReserved || j->reserver != c) {
-    return Status::NotFound("job not reserved by this client");
-  }
+  Job* j = ReservedBy(c, id);
+  if (j == nullptr) return Status::NotFound("job not reserved by this client");
   c->reserved.erase(j);
   j->deadline_us = clock_.SteadyMicros() + j->ttr_ms * 1000;
   c->reserved.insert(j);

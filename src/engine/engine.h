@@ -128,6 +128,10 @@ class Engine {
 
   // Jobs.
   Job* FindLive(uint64_t id) const;
+  // The job if `c` holds its reservation, else null.
+  Job* ReservedBy(const Client* c, uint64_t id) const;
+  // Wall ms when a delay asked for now ends.
+  int64_t DueFromNow(int64_t delay_ms) const;
   Job* AddJob(const store::JobRecord& r, JobState state);
   store::JobRecord Record(const Job& j) const;
   JobView View(const Job& j) const { return {j.id, j.body}; }

@@ -141,6 +141,15 @@ JobRecord ReadJob(sqlite3_stmt* s) {
   return j;
 }
 
+// Steps a bound query to its end, collecting its rows.
+Result<std::vector<JobRecord>> ReadJobs(Stmt& q) {
+  Status status;
+  std::vector<JobRecord> out;
+  while (q.Step(&status)) out.push_back(ReadJob(q.get()));
+  if (!status.ok()) return status;
+  return out;
+}
+
 Status OpenDb(const std::string& path, int cache_kib, sqlite3** db) {
   int rc = sqlite3_open_v2(path.c_str(), db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
@@ -403,11 +412,7 @@ Result<std::vector<JobRecord>> SqliteStore::LoadMinute(int64_t minute, uint64_t 
   q.Bind(1, minute);
   q.Bind(2, static_cast<int64_t>(after_id));
   q.Bind(3, static_cast<int64_t>(limit));
-  Status status;
-  std::vector<JobRecord> out;
-  while (q.Step(&status)) out.push_back(ReadJob(q.get()));
-  if (!status.ok()) return status;
-  return out;
+  return ReadJobs(q);
 }
 
 Result<std::vector<JobRecord>> SqliteStore::FarDelayed(const std::string& tube,
@@ -416,11 +421,7 @@ Result<std::vector<JobRecord>> SqliteStore::FarDelayed(const std::string& tube,
   q.Bind(1, after_minute);
   q.Bind(2, tube);
   q.Bind(3, static_cast<int64_t>(limit));
-  Status status;
-  std::vector<JobRecord> out;
-  while (q.Step(&status)) out.push_back(ReadJob(q.get()));
-  if (!status.ok()) return status;
-  return out;
+  return ReadJobs(q);
 }
 
 StoreStats SqliteStore::stats() const {
