@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <regex>
+#include <sstream>
 #include <filesystem>
 #include <thread>
 
@@ -297,6 +301,57 @@ TEST_F(UnixSocketTest, ServesOnBothTcpAndUnixSocket) {
   uint64_t id = over_unix.Put("via unix");
   Client over_tcp(server_->port());
   EXPECT_EQ(Number(over_tcp.Cmd("peek " + std::to_string(id))), id);
+}
+
+// Reads a process's CPU seconds (user + system) from /proc.
+double CpuSeconds(pid_t pid) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  long ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stol(field);
+  }
+  return static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+TEST(FdLimitTest, RunningOutOfDescriptorsNeitherSpinsNorStopsService) {
+  std::string dir = MakeTempDir("delayd-fdlimit");
+  Process p;
+  p.Start({"/bin/sh", "-c",
+           std::string("ulimit -n 48 && exec ") + DELAYD_BIN + " --data-dir " + dir +
+               "/data --beanstalk 127.0.0.1:0 --max-connections 1000"},
+          dir + "/log");
+  int port = 0;
+  for (int i = 0; i < 500 && port == 0; ++i) {
+    std::smatch m;
+    std::string log = ReadFile(dir + "/log");
+    if (std::regex_search(log, m, std::regex(R"(beanstalk=127\.0\.0\.1:(\d+))"))) port = std::stoi(m[1]);
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_NE(port, 0) << ReadFile(dir + "/log");
+  {
+    std::vector<std::unique_ptr<Client>> flood;
+    for (int i = 0; i < 80; ++i) flood.push_back(std::make_unique<Client>(port));
+    const double before = CpuSeconds(p.pid());
+    std::this_thread::sleep_for(1s);  // a window to measure CPU in, not a wait for a condition
+    EXPECT_LT(CpuSeconds(p.pid()) - before, 0.3) << "accept errors must not spin the event loop";
+  }
+  // With the flood gone, service resumes.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::string reply;
+  while (std::chrono::steady_clock::now() < deadline) {
+    try {
+      Client c(port);
+      reply = c.Cmd("list-tube-used", 2s);
+      break;
+    } catch (const std::exception&) {
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  EXPECT_EQ(reply, "USING default\r\n");
+  p.Stop(SIGTERM);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ServerStartTest, UnusableAddressFailsLoudly) {

@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -37,7 +38,24 @@ Server::~Server() {
   store_.reset();
 }
 
+namespace {
+// Each connection takes a descriptor; ask for as many as the hard limit allows.
+void RaiseFileLimit(uint64_t max_connections) {
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < max_connections + 64) {
+    spdlog::warn("open file limit {} is below --max-connections {}; connections past it wait",
+                 rl.rlim_cur, max_connections);
+  }
+}
+}  // namespace
+
 Status Server::Start() {
+  RaiseFileLimit(config_.max_connections);
   std::error_code fs_ec;
   std::filesystem::create_directories(config_.data_dir, fs_ec);
   if (fs_ec) return Status::IoError("create " + config_.data_dir + ": " + fs_ec.message());

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -69,7 +70,15 @@ void Listener::Accept(Acceptor* acceptor) {
         session->Start();
       }
     } else {
-      spdlog::warn("beanstalk: accept: {}", ec.message());
+      // Out of descriptors (EMFILE) or memory: accepting again at once would
+      // fail again at once and spin. Serve the open connections for a while.
+      spdlog::warn("beanstalk: accept: {}; pausing accepts for 100 ms", ec.message());
+      auto pause = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+      pause->async_wait([this, acceptor, pause, alive = std::weak_ptr<bool>(alive_)](
+                            boost::system::error_code) {
+        if (alive.lock() && acceptor->is_open()) Accept(acceptor);
+      });
+      return;
     }
     Accept(acceptor);
   });
