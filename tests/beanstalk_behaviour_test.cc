@@ -2,6 +2,7 @@
 // delayd binary: blocking reserves, ttr expiry, DEADLINE_SOON, pauses, kicks,
 // unix sockets, restarts, signals and hostile input.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <unistd.h>
@@ -262,6 +263,21 @@ TEST_F(BehaviourTest, SigtermExitsCleanly) {
   server_->Restart();
   Client c2(server_->port());
   EXPECT_EQ(Field(c2.Cmd("stats"), "current-jobs-ready"), "1");
+}
+
+TEST_F(BehaviourTest, Sigusr1DrainsNewPutsButServesTheRest) {
+  Client c(server_->port());
+  uint64_t id = c.Put("before");
+  ::kill(server_->pid(), SIGUSR1);
+  // The signal arrives asynchronously: poll stats until it shows.
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (Field(c.Cmd("stats"), "draining") != "true") {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "drain mode never started";
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(c.Cmd("put 0 0 10 5\r\nafter"), "DRAINING\r\n");
+  EXPECT_EQ(Number(c.Cmd("reserve")), id);
+  EXPECT_EQ(c.Cmd("delete " + std::to_string(id)), "DELETED\r\n");
 }
 
 class SmallJobsTest : public BehaviourTest {

@@ -48,6 +48,7 @@ class DelaydServer {
   int Kill9();       // crash: SIGKILL
   int Terminate();   // SIGTERM; returns the wait status
   int port() const { return port_; }
+  pid_t pid() const { return process_.pid(); }
   const std::string& data_dir() const { return data_dir_; }
   std::string log() const { return ReadFile(log_path_); }
 
