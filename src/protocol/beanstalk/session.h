@@ -51,7 +51,12 @@ class Session : public std::enable_shared_from_this<Session>, public engine::Cli
   ~Session() override;
 
   void Start();
-  bool HasPendingReplies() const { return pending_ > 0; }
+  // True while the session owes a reply that will come by itself (not a
+  // blocked reserve, which may wait forever) or has replies still being
+  // written. Shutdown waits for this before closing.
+  bool HasPendingReplies() const {
+    return pending_ > (reserve_slot_ != nullptr ? 1u : 0u) || writing_ || !out_.empty();
+  }
   // Closes the connection now; reserved jobs return to ready.
   void Close();
 
