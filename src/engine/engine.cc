@@ -461,16 +461,22 @@ void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>
 }
 
 void Engine::PauseTube(const std::string& name, int64_t delay_ms, Done done) {
-  Tube* t = FindTube(name);
-  if (t == nullptr) return done(Status::NotFound("no such tube"));
-  const int64_t now_us = clock_.SteadyMicros();
-  t->pause_ms = delay_ms;
-  // beanstalkd pauses for at least a moment even when asked for 0 seconds.
-  t->unpause_us = now_us + std::max<int64_t>(delay_ms * 1000, 1);
-  ++t->pauses;
-  Schedule(t->timer, TickAtSteady(t->unpause_us));
+  if (FindTube(name) == nullptr) return done(Status::NotFound("no such tube"));
+  // The pause takes effect once durable, so a failed write changes nothing.
+  // The pause counts from the command, not from the commit.
+  const int64_t start_us = clock_.SteadyMicros();
   store_.Submit(Mutation::PauseTube(name, delay_ms, clock_.WallMillis() + delay_ms),
-                std::move(done));
+                [this, name, delay_ms, start_us, done = std::move(done)](const Status& s) {
+                  Tube* t = FindTube(name);
+                  if (s.ok() && t != nullptr) {
+                    t->pause_ms = delay_ms;
+                    // beanstalkd pauses for at least a moment even when asked for 0 s.
+                    t->unpause_us = start_us + std::max<int64_t>(delay_ms * 1000, 1);
+                    ++t->pauses;
+                    Schedule(t->timer, TickAtSteady(t->unpause_us));
+                  }
+                  done(s);
+                });
 }
 
 // ---------------------------------------------------------------- reads

@@ -42,6 +42,37 @@ class TestClock final : public Clock {
   int64_t wall_lag_us = 0;
 };
 
+// Forwards to a real store, but fails every submission while `failing` is set,
+// as a full disk would (the mutation is not applied).
+class FlakyStore final : public store::Store {
+ public:
+  explicit FlakyStore(store::Store& real, std::function<void(std::function<void()>)> post)
+      : real_(real), post_(std::move(post)) {}
+  Result<store::Recovered> Recover(int64_t m) override { return real_.Recover(m); }
+  void Submit(store::Mutation m, Done done) override {
+    if (failing) {
+      post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
+      return;
+    }
+    real_.Submit(std::move(m), std::move(done));
+  }
+  Result<std::optional<store::JobRecord>> Get(uint64_t id) override { return real_.Get(id); }
+  Result<std::vector<store::JobRecord>> LoadMinute(int64_t m, uint64_t a, size_t l) override {
+    return real_.LoadMinute(m, a, l);
+  }
+  Result<std::vector<store::JobRecord>> FarDelayed(const std::string& t, int64_t a,
+                                                   size_t l) override {
+    return real_.FarDelayed(t, a, l);
+  }
+  store::StoreStats stats() const override { return real_.stats(); }
+  void Close() override { real_.Close(); }
+  bool failing = false;
+
+ private:
+  store::Store& real_;
+  std::function<void(std::function<void()>)> post_;
+};
+
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -65,7 +96,12 @@ class EngineTest : public ::testing::Test {
                                       });
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
-    engine_ = std::make_unique<Engine>(*store_, clock_, options, [this](int64_t at) { wake_at_ = at; });
+    flaky_ = std::make_unique<FlakyStore>(*store_, [this](std::function<void()> f) {
+      std::lock_guard lock(mu_);
+      posted_.push_back(std::move(f));
+      cv_.notify_all();
+    });
+    engine_ = std::make_unique<Engine>(*flaky_, clock_, options, [this](int64_t at) { wake_at_ = at; });
     ASSERT_TRUE(engine_->Recover().ok());
   }
   // Simulates a crash: nothing more is written, memory is thrown away.
@@ -74,6 +110,7 @@ class EngineTest : public ::testing::Test {
     store_->Close();
     RunPosted();
     engine_.reset();
+    flaky_.reset();
     store_.reset();
   }
   void RunPosted() {
@@ -119,6 +156,7 @@ class EngineTest : public ::testing::Test {
   std::filesystem::path dir_;
   TestClock clock_;
   std::unique_ptr<store::SqliteStore> store_;
+  std::unique_ptr<FlakyStore> flaky_;
   std::unique_ptr<Engine> engine_;
   int64_t wake_at_ = -1;
   std::mutex mu_;
@@ -412,6 +450,26 @@ TEST_F(EngineTest, TubesVanishWhenUnreferencedExceptDefault) {
   EXPECT_EQ(engine_->Ignore(c, "default"), 1u);
   EXPECT_EQ(engine_->Ignore(c, "b"), std::nullopt) << "the last watched tube cannot be ignored";
   EXPECT_EQ(engine_->TubeNames(), (std::vector<std::string>{"default", "b"}));
+}
+
+TEST_F(EngineTest, AFailedStoreWriteIsReportedAndAFailedPutNeverAppears) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  uint64_t kept = Put(c, "kept");
+  flaky_->failing = true;
+  std::optional<Result<uint64_t>> put;
+  engine_->Put(c, 1, 0, 1000, "lost", [&](Result<uint64_t> x) { put = x; });
+  RunUntil([&] { return put.has_value(); });
+  EXPECT_EQ(put->status().code(), StatusCode::kIoError);
+  EXPECT_EQ(engine_->Stats().ready, 1u) << "the failed put must not become visible";
+  EXPECT_EQ(engine_->Stats().total_jobs, 1u);
+  EXPECT_EQ(Await([&](Engine::Done d) { engine_->PauseTube("default", 5000, d); }).code(),
+            StatusCode::kIoError);
+  EXPECT_EQ(engine_->StatsTube("default")->pause_s, 0) << "a failed pause must not pause";
+  flaky_->failing = false;
+  EXPECT_GT(Put(c, "after"), kept) << "writes work again once the store does";
+  engine_->Reserve(c, 0);
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(kept) + " kept");
 }
 
 TEST_F(EngineTest, DrainingRefusesPuts) {
