@@ -164,7 +164,10 @@ int Put(const std::map<std::string, std::string>& f) {
           const int n = static_cast<int>(std::min<int64_t>(pipeline, mine));
           batch.clear();
           for (int i = 0; i < n; ++i) {
-            int64_t delay = dmax > dmin ? dmin + static_cast<int64_t>(rng() % static_cast<uint64_t>(dmax - dmin + 1)) : dmin;
+            int64_t delay =
+                dmax > dmin
+                    ? dmin + static_cast<int64_t>(rng() % static_cast<uint64_t>(dmax - dmin + 1))
+                    : dmin;
             batch += "put 100 " + std::to_string(delay) + " 60 " + std::to_string(size) + "\r\n";
             batch += body;
             batch += "\r\n";
@@ -184,8 +187,9 @@ int Put(const std::map<std::string, std::string>& f) {
   }
   for (auto& t : threads) t.join();
   double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("put jobs=%lld seconds=%.3f rate=%.0f failures=%d\n", static_cast<long long>(done.load()),
-              secs, static_cast<double>(done.load()) / secs, failures.load());
+  std::printf("put jobs=%lld seconds=%.3f rate=%.0f failures=%d\n",
+              static_cast<long long>(done.load()), secs, static_cast<double>(done.load()) / secs,
+              failures.load());
   return failures ? 1 : 0;
 }
 
@@ -319,11 +323,14 @@ int Lateness(const std::map<std::string, std::string>& f) {
   std::sort(late_ms.begin(), late_ms.end());
   auto pct = [&](double p) {
     if (late_ms.empty()) return 0.0;
-    return late_ms[std::min(late_ms.size() - 1, static_cast<size_t>(p * static_cast<double>(late_ms.size())))];
+    return late_ms[std::min(late_ms.size() - 1,
+                            static_cast<size_t>(p * static_cast<double>(late_ms.size())))];
   };
-  std::printf("lateness jobs=%zu p50_ms=%.3f p99_ms=%.3f max_ms=%.3f min_ms=%.3f seconds=%.1f server_cpu_s=%.2f\n",
-              late_ms.size(), pct(0.50), pct(0.99), late_ms.empty() ? 0.0 : late_ms.back(),
-              late_ms.empty() ? 0.0 : late_ms.front(), secs, cpu);
+  std::printf(
+      "lateness jobs=%zu p50_ms=%.3f p99_ms=%.3f max_ms=%.3f min_ms=%.3f seconds=%.1f "
+      "server_cpu_s=%.2f\n",
+      late_ms.size(), pct(0.50), pct(0.99), late_ms.empty() ? 0.0 : late_ms.back(),
+      late_ms.empty() ? 0.0 : late_ms.front(), secs, cpu);
   return failed || static_cast<int64_t>(late_ms.size()) != jobs ? 1 : 0;
 }
 
@@ -367,7 +374,8 @@ int Rss(const std::map<std::string, std::string>& f) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: beanstalk_load put|drain|lateness|rss --port P [--flag value ...]\n");
+    std::fprintf(stderr,
+                 "usage: beanstalk_load put|drain|lateness|rss --port P [--flag value ...]\n");
     return 2;
   }
   try {

@@ -4,13 +4,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
-
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <regex>
 #include <sstream>
-#include <filesystem>
 #include <thread>
 
 #include "support/client.h"
@@ -60,7 +59,8 @@ TEST_F(BehaviourTest, DelayedJobBecomesReadyAfterItsDelay) {
   EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(id)), "state"), "delayed");
   EXPECT_EQ(c.Cmd("reserve-with-timeout 0"), "TIMED_OUT\r\n");
   auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(c.Cmd("reserve-with-timeout 5", 10s), "RESERVED " + std::to_string(id) + " 4\r\nsoon\r\n");
+  EXPECT_EQ(c.Cmd("reserve-with-timeout 5", 10s),
+            "RESERVED " + std::to_string(id) + " 4\r\nsoon\r\n");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
@@ -119,7 +119,8 @@ TEST_F(BehaviourTest, KickMovesBuriedThenDelayedJobs) {
   EXPECT_EQ(c.Cmd("kick 10"), "KICKED 1\r\n") << "buried jobs first, and only them";
   EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(buried)), "state"), "ready");
   EXPECT_EQ(c.Cmd("kick 1"), "KICKED 1\r\n");
-  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(d2)), "state"), "ready") << "earliest due first";
+  EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(d2)), "state"), "ready")
+      << "earliest due first";
   EXPECT_EQ(Field(c.Cmd("stats-job " + std::to_string(d1)), "state"), "delayed");
   EXPECT_EQ(c.Cmd("kick-job " + std::to_string(d1)), "KICKED\r\n");
 }
@@ -127,7 +128,8 @@ TEST_F(BehaviourTest, KickMovesBuriedThenDelayedJobs) {
 TEST_F(BehaviourTest, JobsFarBeyondTheHorizonAreKeptAndManageable) {
   Client c(server_->port());
   uint64_t far = c.Put("next week", 0, 7 * 86400);
-  EXPECT_EQ(c.Cmd("peek " + std::to_string(far)), "FOUND " + std::to_string(far) + " 9\r\nnext week\r\n");
+  EXPECT_EQ(c.Cmd("peek " + std::to_string(far)),
+            "FOUND " + std::to_string(far) + " 9\r\nnext week\r\n");
   EXPECT_EQ(Field(c.Cmd("stats"), "current-jobs-delayed"), "1");
   server_->Restart();
   Client c2(server_->port());
@@ -384,7 +386,8 @@ TEST(FdLimitTest, RunningOutOfDescriptorsNeitherSpinsNorStopsService) {
   for (int i = 0; i < 500 && port == 0; ++i) {
     std::smatch m;
     std::string log = ReadFile(dir + "/log");
-    if (std::regex_search(log, m, std::regex(R"(beanstalk=127\.0\.0\.1:(\d+))"))) port = std::stoi(m[1]);
+    if (std::regex_search(log, m, std::regex(R"(beanstalk=127\.0\.0\.1:(\d+))")))
+      port = std::stoi(m[1]);
     std::this_thread::sleep_for(10ms);
   }
   ASSERT_NE(port, 0) << ReadFile(dir + "/log");

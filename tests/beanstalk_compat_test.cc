@@ -33,7 +33,8 @@ struct Step {
 class CompatTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!BeanstalkdServer::available()) GTEST_SKIP() << "beanstalkd is not installed (scripts/setup installs it)";
+    if (!BeanstalkdServer::available())
+      GTEST_SKIP() << "beanstalkd is not installed (scripts/setup installs it)";
     dir_ = MakeTempDir("delayd-compat");
     delayd_ = std::make_unique<DelaydServer>(dir_ + "/data");
     beanstalkd_ = std::make_unique<BeanstalkdServer>();

@@ -3,9 +3,8 @@
 // job may be held by two consumers at the same time.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
 #include <atomic>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>

@@ -4,10 +4,9 @@
 // on one data dir, so recovery of recovered state is exercised too.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
@@ -60,7 +59,8 @@ class Model {
 };
 
 TEST(CrashTest, KillNineLosesNoAcknowledgedWrite) {
-  const int cycles = std::getenv("DELAYD_CRASH_CYCLES") ? std::atoi(std::getenv("DELAYD_CRASH_CYCLES")) : 4;
+  const int cycles =
+      std::getenv("DELAYD_CRASH_CYCLES") ? std::atoi(std::getenv("DELAYD_CRASH_CYCLES")) : 4;
   std::string dir = MakeTempDir("delayd-crash");
   DelaydServer server(dir + "/data");
   Model model;
@@ -168,10 +168,11 @@ TEST(CrashTest, KillNineLosesNoAcknowledgedWrite) {
         }
       });
     }
-    std::printf("crash cycle %d: %llu puts, %llu deletes, %llu buries acknowledged; %zu jobs checked\n",
-                cycle, static_cast<unsigned long long>(puts.load()),
-                static_cast<unsigned long long>(deletes.load()),
-                static_cast<unsigned long long>(buries.load()), checked);
+    std::printf(
+        "crash cycle %d: %llu puts, %llu deletes, %llu buries acknowledged; %zu jobs checked\n",
+        cycle, static_cast<unsigned long long>(puts.load()),
+        static_cast<unsigned long long>(deletes.load()),
+        static_cast<unsigned long long>(buries.load()), checked);
   }
   std::printf("crash test: %d kill -9 cycles, %llu puts, %llu deletes, %llu buries, none lost\n",
               cycles, static_cast<unsigned long long>(total_puts),

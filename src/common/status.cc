@@ -5,12 +5,23 @@ namespace delayd {
 std::string Status::ToString() const {
   const char* name = "OK";
   switch (code_) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kNotFound: name = "NOT_FOUND"; break;
-    case StatusCode::kInvalidArgument: name = "INVALID_ARGUMENT"; break;
-    case StatusCode::kIoError: name = "IO_ERROR"; break;
-    case StatusCode::kUnavailable: name = "UNAVAILABLE"; break;
-    case StatusCode::kInternal: name = "INTERNAL"; break;
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kNotFound:
+      name = "NOT_FOUND";
+      break;
+    case StatusCode::kInvalidArgument:
+      name = "INVALID_ARGUMENT";
+      break;
+    case StatusCode::kIoError:
+      name = "IO_ERROR";
+      break;
+    case StatusCode::kUnavailable:
+      name = "UNAVAILABLE";
+      break;
+    case StatusCode::kInternal:
+      name = "INTERNAL";
+      break;
   }
   return std::string(name) + ": " + message_;
 }

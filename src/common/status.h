@@ -17,8 +17,8 @@ enum class StatusCode {
   kOk,
   kNotFound,
   kInvalidArgument,
-  kIoError,        // the store could not read or write (disk full, corruption)
-  kUnavailable,    // shutting down or draining: the client may retry later
+  kIoError,      // the store could not read or write (disk full, corruption)
+  kUnavailable,  // shutting down or draining: the client may retry later
   kInternal,
 };
 
@@ -29,7 +29,9 @@ class [[nodiscard]] Status {
 
   static Status Ok() { return Status(); }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }

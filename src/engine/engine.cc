@@ -16,11 +16,16 @@ constexpr const char* kDefaultTube = "default";
 
 const char* StateName(JobState s) {
   switch (s) {
-    case JobState::kReady: return "ready";
-    case JobState::kDelayed: return "delayed";
-    case JobState::kReserved: return "reserved";
-    case JobState::kBuried: return "buried";
-    default: return "invalid";
+    case JobState::kReady:
+      return "ready";
+    case JobState::kDelayed:
+      return "delayed";
+    case JobState::kReserved:
+      return "reserved";
+    case JobState::kBuried:
+      return "buried";
+    default:
+      return "invalid";
   }
 }
 }  // namespace
@@ -277,8 +282,8 @@ size_t Engine::Watch(Client* c, const std::string& name) {
 }
 
 std::optional<size_t> Engine::Ignore(Client* c, const std::string& name) {
-  auto it = std::find_if(c->watch.begin(), c->watch.end(),
-                         [&](Tube* t) { return t->name == name; });
+  auto it =
+      std::find_if(c->watch.begin(), c->watch.end(), [&](Tube* t) { return t->name == name; });
   if (it == c->watch.end()) return c->watch.size();
   if (c->watch.size() < 2) return std::nullopt;
   Tube* t = *it;
@@ -303,8 +308,8 @@ std::vector<std::string> Engine::TubeNames() const {
 
 // ---------------------------------------------------------------- commands
 
-void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
-                 std::string body, std::function<void(Result<uint64_t>)> done) {
+void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms, std::string body,
+                 std::function<void(Result<uint64_t>)> done) {
   if (draining_) {
     done(Status::Unavailable("draining"));
     return;
@@ -350,9 +355,8 @@ Result<JobView> Engine::ReserveJob(Client* c, uint64_t id) {
 }
 
 void Engine::Delete(Client* c, uint64_t id, Done done) {
-  auto found = FindOrLoad(id, [c](const Job& j) {
-    return j.state != JobState::kReserved || j.reserver == c;
-  });
+  auto found = FindOrLoad(
+      id, [c](const Job& j) { return j.state != JobState::kReserved || j.reserver == c; });
   if (!found.ok()) return done(found.status());
   Job* j = found.value();
   Detach(j);

@@ -178,8 +178,8 @@ class Engine {
   // The loader: every delayed job due in minutes <= loaded_minute_ is in
   // memory (or pinned by a pending write); later ones only in the store.
   int64_t loaded_minute_ = 0;
-  uint64_t load_cursor_ = 0;   // last id read of loaded_minute_
-  bool load_done_ = true;      // loaded_minute_ fully read
+  uint64_t load_cursor_ = 0;  // last id read of loaded_minute_
+  bool load_done_ = true;     // loaded_minute_ fully read
   EngineTimer loader_timer_;
 };
 

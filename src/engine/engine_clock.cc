@@ -51,7 +51,8 @@ void Engine::Tick() {
   // Timers scheduled while firing may not lower armed_tick_ below the
   // re-arm below, so suppress wake-ups until the wheel has caught up.
   armed_tick_ = 0;
-  wheel_.Advance(NowTick(), [this](wheel::TimerNode* n) { Fire(reinterpret_cast<EngineTimer*>(n)); });
+  wheel_.Advance(NowTick(),
+                 [this](wheel::TimerNode* n) { Fire(reinterpret_cast<EngineTimer*>(n)); });
   armed_tick_ = ~uint64_t{0};
   if (auto next = wheel_.NextEvent()) {
     armed_tick_ = *next;
@@ -167,13 +168,14 @@ Status Engine::Recover() {
   }
   next_id_ = r->next_id;
   ScheduleLoader();
-  spdlog::info("recovered {} jobs in memory, {} beyond the horizon, next id {}", jobs_.size(),
-               [&] {
-                 uint64_t n = 0;
-                 for (auto& f : r->far) n += f.delayed;
-                 return n;
-               }(),
-               next_id_);
+  spdlog::info(
+      "recovered {} jobs in memory, {} beyond the horizon, next id {}", jobs_.size(),
+      [&] {
+        uint64_t n = 0;
+        for (auto& f : r->far) n += f.delayed;
+        return n;
+      }(),
+      next_id_);
   return Status::Ok();
 }
 

@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <mutex>
-#include <condition_variable>
 
 #include "store/sqlite/sqlite_store.h"
 
@@ -101,7 +101,8 @@ class EngineTest : public ::testing::Test {
       posted_.push_back(std::move(f));
       cv_.notify_all();
     });
-    engine_ = std::make_unique<Engine>(*flaky_, clock_, options, [this](int64_t at) { wake_at_ = at; });
+    engine_ =
+        std::make_unique<Engine>(*flaky_, clock_, options, [this](int64_t at) { wake_at_ = at; });
     ASSERT_TRUE(engine_->Recover().ok());
   }
   // Simulates a crash: nothing more is written, memory is thrown away.
@@ -187,7 +188,9 @@ TEST_F(EngineTest, ReservesByPriorityThenId) {
   for (uint64_t want : {b, a, d}) {
     engine_->Reserve(c, 0);
     EXPECT_EQ(r.Take(), "reserved " + std::to_string(want) + " " +
-                            (want == a ? "a" : want == b ? "b" : "d"));
+                            (want == a   ? "a"
+                             : want == b ? "b"
+                                         : "d"));
   }
 }
 
@@ -431,7 +434,8 @@ TEST_F(EngineTest, OnlyTheReserverMaySettleAReservedJob) {
   uint64_t id = Put(a, "x");
   engine_->Reserve(a, 0);
   r1.Take();
-  EXPECT_EQ(Await([&](Engine::Done d) { engine_->Delete(b, id, d); }).code(), StatusCode::kNotFound);
+  EXPECT_EQ(Await([&](Engine::Done d) { engine_->Delete(b, id, d); }).code(),
+            StatusCode::kNotFound);
   EXPECT_EQ(Await([&](Engine::Done d) { engine_->Release(b, id, 1, 0, d); }).code(),
             StatusCode::kNotFound);
   EXPECT_EQ(engine_->Touch(b, id).code(), StatusCode::kNotFound);

@@ -28,9 +28,9 @@ struct EngineTimer {
 };
 
 enum class JobState : uint8_t {
-  kPending,   // put received, not yet durable: invisible to everyone
+  kPending,  // put received, not yet durable: invisible to everyone
   kReady,
-  kDelayed,   // in memory: due within the loaded horizon
+  kDelayed,  // in memory: due within the loaded horizon
   kReserved,
   kBuried,
   kDeleting,  // deleted, delete not yet durable: a tombstone the loader must skip
@@ -44,8 +44,8 @@ struct Job {
   Tube* tube = nullptr;
   uint32_t priority = 0;
   JobState state = JobState::kPending;
-  int64_t due_ms = 0;       // wall ms when a delayed job becomes ready
-  int64_t delay_ms = 0;     // the delay last asked for
+  int64_t due_ms = 0;    // wall ms when a delayed job becomes ready
+  int64_t delay_ms = 0;  // the delay last asked for
   int64_t ttr_ms = 0;
   int64_t created_ms = 0;   // wall ms of the put
   int64_t deadline_us = 0;  // steady us when a reservation runs out
@@ -81,20 +81,20 @@ struct Tube {
   std::set<Job*, ReadyOrder> ready;
   std::set<Job*, DelayOrder> delayed;  // delayed jobs in memory (due within the horizon)
   std::set<Job*, BuryOrder> buried;
-  std::vector<Client*> waiters;        // clients blocked in reserve, first come first served
-  uint64_t far_delayed = 0;            // delayed jobs only in the store (beyond the horizon)
-  uint64_t jobs = 0;                   // jobs in memory naming this tube, any state
+  std::vector<Client*> waiters;  // clients blocked in reserve, first come first served
+  uint64_t far_delayed = 0;      // delayed jobs only in the store (beyond the horizon)
+  uint64_t jobs = 0;             // jobs in memory naming this tube, any state
   uint64_t reserved = 0;
-  uint64_t urgent = 0;                 // ready jobs with priority < kUrgentThreshold
-  uint64_t total_jobs = 0;             // puts since start
-  uint64_t deletes = 0;                // cmd-delete
-  uint64_t pauses = 0;                 // cmd-pause-tube
+  uint64_t urgent = 0;      // ready jobs with priority < kUrgentThreshold
+  uint64_t total_jobs = 0;  // puts since start
+  uint64_t deletes = 0;     // cmd-delete
+  uint64_t pauses = 0;      // cmd-pause-tube
   uint32_t using_count = 0;
   uint32_t watching_count = 0;
-  bool permanent = false;              // "default" never goes away
-  int64_t pause_ms = 0;                // the pause asked for; 0 when not paused
-  int64_t unpause_us = 0;              // steady us when the pause ends
-  EngineTimer timer;                   // unpause
+  bool permanent = false;  // "default" never goes away
+  int64_t pause_ms = 0;    // the pause asked for; 0 when not paused
+  int64_t unpause_us = 0;  // steady us when the pause ends
+  EngineTimer timer;       // unpause
 
   bool paused() const { return pause_ms > 0 || unpause_us > 0; }
   uint64_t refs() const {
@@ -120,13 +120,13 @@ class ClientObserver {
 struct Client {
   ClientObserver* observer = nullptr;
   Tube* use = nullptr;
-  std::vector<Tube*> watch;      // in watch order, as list-tubes-watched shows it
+  std::vector<Tube*> watch;  // in watch order, as list-tubes-watched shows it
   // Reserved jobs, soonest deadline first. Erase a job before changing its
   // deadline_us.
   std::set<Job*, DeadlineOrder> reserved;
   bool waiting = false;
-  int64_t wait_until_us = -1;    // steady us when a reserve-with-timeout gives up; -1: never
-  EngineTimer timer;             // the earlier of wait_until_us and deadline-soon
+  int64_t wait_until_us = -1;  // steady us when a reserve-with-timeout gives up; -1: never
+  EngineTimer timer;           // the earlier of wait_until_us and deadline-soon
 };
 
 }  // namespace delayd::engine

@@ -1,8 +1,8 @@
 #include "server/config.h"
 
-#include <CLI/CLI.hpp>
 #include <toml++/toml.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
 #include <set>
@@ -23,8 +23,8 @@ Status LoadToml(const std::string& path, Config& config) {
   } catch (const toml::parse_error& e) {
     return Status::InvalidArgument(path + ": " + std::string(e.description()));
   }
-  static const std::set<std::string> kKnown = {"data-dir", "beanstalk", "max-job-size",
-                                                "max-connections", "horizon-ms", "log-level"};
+  static const std::set<std::string> kKnown = {"data-dir",        "beanstalk",  "max-job-size",
+                                               "max-connections", "horizon-ms", "log-level"};
   for (auto& [key, value] : t) {
     if (!kKnown.count(std::string(key.str()))) {
       return Status::InvalidArgument(path + ": unknown key '" + std::string(key.str()) + "'");
@@ -101,14 +101,16 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--horizon-ms", c.horizon_ms,
                  "Delayed jobs due within this many ms are held in memory (default 60000)")
       ->check(CLI::Range(int64_t{1000}, int64_t{86'400'000}));
-  app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error or off (default info)")
+  app.add_option("--log-level", c.log_level,
+                 "trace, debug, info, warn, error or off (default info)")
       ->check(CLI::IsMember(kLogLevels));
 
   auto* compat = "beanstalkd compatibility";
   app.add_option("-l", listen_addr, "beanstalkd: listen address (or unix:PATH)")->group(compat);
   app.add_option("-p", port, "beanstalkd: listen port")->group(compat)->check(CLI::Range(0, 65535));
   app.add_option("-z", c.max_job_size, "beanstalkd: max job size")->group(compat);
-  app.add_option("-b", binlog_dir, "beanstalkd: binlog directory, taken as --data-dir")->group(compat);
+  app.add_option("-b", binlog_dir, "beanstalkd: binlog directory, taken as --data-dir")
+      ->group(compat);
   app.add_flag("-V", verbose, "beanstalkd: more verbose logging")->group(compat);
   app.add_option("-f", fsync_ms, "beanstalkd: fsync interval; ignored, delayd syncs every batch")
       ->group(compat);

@@ -55,7 +55,8 @@ TEST(ConfigTest, UnknownFlagFails) {
 class TomlTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& text) {
-    path_ = std::filesystem::temp_directory_path() / ("delayd-config-" + std::to_string(getpid()) + ".toml");
+    path_ = std::filesystem::temp_directory_path() /
+            ("delayd-config-" + std::to_string(getpid()) + ".toml");
     std::ofstream(path_) << text;
     return path_.string();
   }
@@ -64,8 +65,9 @@ class TomlTest : public ::testing::Test {
 };
 
 TEST_F(TomlTest, FileSetsKeysAndFlagsWin) {
-  std::string p = Write("data-dir = \"/var/lib/delayd\"\nbeanstalk = [\"127.0.0.1:0\"]\n"
-                        "max-job-size = 1000\n");
+  std::string p = Write(
+      "data-dir = \"/var/lib/delayd\"\nbeanstalk = [\"127.0.0.1:0\"]\n"
+      "max-job-size = 1000\n");
   ParsedArgs a = Parse({"--config", p, "--max-job-size", "2000"});
   ASSERT_FALSE(a.exit);
   EXPECT_EQ(a.config.data_dir, "/var/lib/delayd");

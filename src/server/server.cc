@@ -1,12 +1,12 @@
 #include "server/server.h"
 
-#include <boost/asio/post.hpp>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <boost/asio/post.hpp>
 #include <csignal>
 #include <filesystem>
 #include <random>
@@ -68,8 +68,8 @@ Status Server::Start() {
 
   engine::EngineOptions eo;
   eo.horizon_ms = config_.horizon_ms;
-  engine_ = std::make_unique<engine::Engine>(*store_, clock_, eo,
-                                             [this](int64_t at) { ArmTimer(at); });
+  engine_ =
+      std::make_unique<engine::Engine>(*store_, clock_, eo, [this](int64_t at) { ArmTimer(at); });
   if (Status s = engine_->Recover(); !s.ok()) return s;
 
   struct utsname un {};
@@ -82,8 +82,13 @@ Status Server::Start() {
   process_.started_us = clock_.SteadyMicros();
   process_.max_job_size = config_.max_job_size;
 
-  beanstalk::SessionContext ctx{*engine_, clock_, counters_, process_, config_.max_job_size,
-                                [this] { return store_->stats().mutations; }, nullptr};
+  beanstalk::SessionContext ctx{*engine_,
+                                clock_,
+                                counters_,
+                                process_,
+                                config_.max_job_size,
+                                [this] { return store_->stats().mutations; },
+                                nullptr};
   listener_ = std::make_unique<beanstalk::Listener>(io_, std::move(ctx), config_.max_connections);
   std::string addresses;
   for (const std::string& spec : config_.beanstalk) {
@@ -103,8 +108,7 @@ Status Server::Start() {
 void Server::ArmTimer(int64_t steady_us) {
   if (armed_us_ >= 0 && steady_us >= armed_us_) return;
   armed_us_ = steady_us;
-  engine_timer_.expires_at(
-      asio::steady_timer::time_point(std::chrono::microseconds(steady_us)));
+  engine_timer_.expires_at(asio::steady_timer::time_point(std::chrono::microseconds(steady_us)));
   engine_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) return;  // re-armed earlier, or stopping
     armed_us_ = -1;
@@ -139,9 +143,8 @@ void Server::Shutdown() {
 void Server::WaitForQuiet(int attempts_left) {
   if (listener_->BusySessions() > 0 && attempts_left > 0) {
     shutdown_timer_.expires_after(std::chrono::milliseconds(10));
-    shutdown_timer_.async_wait([this, attempts_left](boost::system::error_code) {
-      WaitForQuiet(attempts_left - 1);
-    });
+    shutdown_timer_.async_wait(
+        [this, attempts_left](boost::system::error_code) { WaitForQuiet(attempts_left - 1); });
     return;
   }
   listener_->CloseAll();

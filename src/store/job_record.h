@@ -14,7 +14,8 @@ constexpr int64_t kMillisPerMinute = 60'000;
 // The due-time index groups jobs by minute, so each minute is one insertion
 // front in the B-tree and the loader can read one minute at a time.
 constexpr int64_t DueMinute(int64_t due_ms) {
-  return due_ms >= 0 ? due_ms / kMillisPerMinute : -((-due_ms + kMillisPerMinute - 1) / kMillisPerMinute);
+  return due_ms >= 0 ? due_ms / kMillisPerMinute
+                     : -((-due_ms + kMillisPerMinute - 1) / kMillisPerMinute);
 }
 
 struct JobCounters {

@@ -69,10 +69,10 @@ struct FarCount {
 
 // What recovery hands the engine: everything it must hold in memory.
 struct Recovered {
-  std::vector<JobRecord> jobs;      // ready, buried, and delayed due through the horizon minute
-  std::vector<FarCount> far;        // delayed jobs due after the horizon minute, per tube
-  std::vector<TubePause> pauses;    // pauses not yet over
-  uint64_t next_id = 1;             // larger than every id ever handed out
+  std::vector<JobRecord> jobs;    // ready, buried, and delayed due through the horizon minute
+  std::vector<FarCount> far;      // delayed jobs due after the horizon minute, per tube
+  std::vector<TubePause> pauses;  // pauses not yet over
+  uint64_t next_id = 1;           // larger than every id ever handed out
 };
 
 // Stored job writes are counted for `stats` (binlog-records-written).
@@ -99,8 +99,8 @@ class Store {
   virtual Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
                                                     size_t limit) = 0;
   // Delayed jobs of `tube` due after `after_minute`, earliest first.
-  virtual Result<std::vector<JobRecord>> FarDelayed(const std::string& tube,
-                                                    int64_t after_minute, size_t limit) = 0;
+  virtual Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
+                                                    size_t limit) = 0;
 
   virtual StoreStats stats() const = 0;
 

@@ -79,7 +79,8 @@ std::optional<uint64_t> TimingWheel::NextActivation() const {
     if (occupied_[level] == 0) continue;
     const int shift = kBits * level;
     const int digit = static_cast<int>((now_ >> shift) & (kSlots - 1));
-    const uint64_t later = digit == kSlots - 1 ? 0 : occupied_[level] & (~uint64_t{0} << (digit + 1));
+    const uint64_t later =
+        digit == kSlots - 1 ? 0 : occupied_[level] & (~uint64_t{0} << (digit + 1));
     // By the invariant, an occupied slot is never at or below now_'s digit.
     assert((occupied_[level] & ~later) == 0);
     if (later == 0) continue;

@@ -45,8 +45,8 @@ class DelaydServer {
   explicit DelaydServer(std::string data_dir, std::vector<std::string> extra = {});
   ~DelaydServer();
   void Restart();
-  int Kill9();       // crash: SIGKILL
-  int Terminate();   // SIGTERM; returns the wait status
+  int Kill9();      // crash: SIGKILL
+  int Terminate();  // SIGTERM; returns the wait status
   int port() const { return port_; }
   pid_t pid() const { return process_.pid(); }
   const std::string& data_dir() const { return data_dir_; }

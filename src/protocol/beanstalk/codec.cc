@@ -8,9 +8,9 @@ namespace delayd::beanstalk {
 namespace {
 
 bool IsNameChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '+' || c == '/' || c == ';' || c == '.' || c == '$' || c == '_' ||
-         c == '(' || c == ')';
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '+' || c == '/' || c == ';' || c == '.' || c == '$' || c == '_' || c == '(' ||
+         c == ')';
 }
 
 // beanstalkd's read_uint: skip spaces, require a digit, parse base 10 within

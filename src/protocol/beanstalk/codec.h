@@ -62,9 +62,9 @@ struct Command {
   bool counted = false;
 
   uint32_t priority = 0;
-  int64_t delay_s = 0;     // put, release, pause-tube
-  int64_t ttr_s = 0;       // put (0 becomes 1, as in beanstalkd)
-  uint32_t bytes = 0;      // put: body length announced
+  int64_t delay_s = 0;            // put, release, pause-tube
+  int64_t ttr_s = 0;              // put (0 becomes 1, as in beanstalkd)
+  uint32_t bytes = 0;             // put: body length announced
   bool trailing_garbage = false;  // put: checked after the size limit
   uint64_t id = 0;
   int64_t timeout_s = -1;  // reserve-with-timeout; negative waits forever

@@ -62,11 +62,27 @@ TEST(CodecTest, PutFields) {
 }
 
 TEST(CodecTest, MalformedNumbersAreBadFormat) {
-  for (const char* line :
-       {"put -1 0 1 1", "put 4294967296 0 1 1", "put 1 0 1", "put 1 x 1 1", "put +1 0 1 1",
-        "peek x", "peek 1 ", "peek -1", "peek 18446744073709551616", "delete", "delete 1 x",
-        "release 1 2", "release 1 2 3 4", "bury 1", "bury 1 2 3", "touch", "touch 1x",
-        "kick x", "kick-job", "stats-job -3", "reserve-job 1.5"}) {
+  for (const char* line : {"put -1 0 1 1",
+                           "put 4294967296 0 1 1",
+                           "put 1 0 1",
+                           "put 1 x 1 1",
+                           "put +1 0 1 1",
+                           "peek x",
+                           "peek 1 ",
+                           "peek -1",
+                           "peek 18446744073709551616",
+                           "delete",
+                           "delete 1 x",
+                           "release 1 2",
+                           "release 1 2 3 4",
+                           "bury 1",
+                           "bury 1 2 3",
+                           "touch",
+                           "touch 1x",
+                           "kick x",
+                           "kick-job",
+                           "stats-job -3",
+                           "reserve-job 1.5"}) {
     Command c = P(line);
     if (std::string(line) == "delete" || std::string(line) == "touch" ||
         std::string(line) == "kick-job") {
@@ -78,7 +94,8 @@ TEST(CodecTest, MalformedNumbersAreBadFormat) {
 }
 
 TEST(CodecTest, BareCommandsRefuseTrailingText) {
-  for (const char* line : {"reserve ", "stats ", "list-tubes x", "peek-readyx", "list-tube-used "}) {
+  for (const char* line :
+       {"reserve ", "stats ", "list-tubes x", "peek-readyx", "list-tube-used "}) {
     EXPECT_TRUE(BadFormat(line)) << line;
   }
 }

@@ -1,12 +1,13 @@
 #include "protocol/beanstalk/listener.h"
 
 #include <arpa/inet.h>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 namespace delayd::beanstalk {
 
@@ -52,36 +53,36 @@ Result<std::string> Listener::Listen(const Endpoint& endpoint) {
 }
 
 void Listener::Accept(Acceptor* acceptor) {
-  acceptor->async_accept([this, acceptor](boost::system::error_code ec,
-                                          stream_protocol::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
-    if (!ec) {
-      if (sessions_.size() >= max_connections_) {
-        spdlog::warn("beanstalk: connection limit {} reached; refusing a connection",
-                     max_connections_);
-        boost::system::error_code ignored;
-        socket.close(ignored);
-      } else {
-        if (socket.local_endpoint(ec).protocol().family() != AF_UNIX) {
-          socket.set_option(asio::ip::tcp::no_delay(true), ec);
+  acceptor->async_accept(
+      [this, acceptor](boost::system::error_code ec, stream_protocol::socket socket) {
+        if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+        if (!ec) {
+          if (sessions_.size() >= max_connections_) {
+            spdlog::warn("beanstalk: connection limit {} reached; refusing a connection",
+                         max_connections_);
+            boost::system::error_code ignored;
+            socket.close(ignored);
+          } else {
+            if (socket.local_endpoint(ec).protocol().family() != AF_UNIX) {
+              socket.set_option(asio::ip::tcp::no_delay(true), ec);
+            }
+            auto session = std::make_shared<Session>(std::move(socket), ctx_);
+            sessions_.emplace(session.get(), session);
+            session->Start();
+          }
+        } else {
+          // Out of descriptors (EMFILE) or memory: accepting again at once would
+          // fail again at once and spin. Serve the open connections for a while.
+          spdlog::warn("beanstalk: accept: {}; pausing accepts for 100 ms", ec.message());
+          auto pause = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+          pause->async_wait([this, acceptor, pause,
+                             alive = std::weak_ptr<bool>(alive_)](boost::system::error_code) {
+            if (alive.lock() && acceptor->is_open()) Accept(acceptor);
+          });
+          return;
         }
-        auto session = std::make_shared<Session>(std::move(socket), ctx_);
-        sessions_.emplace(session.get(), session);
-        session->Start();
-      }
-    } else {
-      // Out of descriptors (EMFILE) or memory: accepting again at once would
-      // fail again at once and spin. Serve the open connections for a while.
-      spdlog::warn("beanstalk: accept: {}; pausing accepts for 100 ms", ec.message());
-      auto pause = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
-      pause->async_wait([this, acceptor, pause, alive = std::weak_ptr<bool>(alive_)](
-                            boost::system::error_code) {
-        if (alive.lock() && acceptor->is_open()) Accept(acceptor);
+        Accept(acceptor);
       });
-      return;
-    }
-    Accept(acceptor);
-  });
 }
 
 void Listener::StopAccepting() {
@@ -114,10 +115,12 @@ Result<Listener::Endpoint> ParseEndpoint(const std::string& spec) {
     return Listener::Endpoint(asio::local::stream_protocol::endpoint(path));
   }
   const size_t colon = spec.rfind(':');
-  if (colon == std::string::npos) return Status::InvalidArgument("expected HOST:PORT, got '" + spec + "'");
+  if (colon == std::string::npos)
+    return Status::InvalidArgument("expected HOST:PORT, got '" + spec + "'");
   std::string host = spec.substr(0, colon);
   const std::string port = spec.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   char* end = nullptr;
   const unsigned long p = std::strtoul(port.c_str(), &end, 10);
   if (port.empty() || *end != '\0' || p > 65535) {

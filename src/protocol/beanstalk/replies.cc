@@ -8,10 +8,14 @@ namespace delayd::beanstalk {
 
 std::string_view StatusReply(const Status& s, std::string_view ok) {
   switch (s.code()) {
-    case StatusCode::kOk: return ok;
-    case StatusCode::kNotFound: return reply::kNotFound;
-    case StatusCode::kUnavailable: return reply::kDraining;
-    default: return reply::kInternalError;
+    case StatusCode::kOk:
+      return ok;
+    case StatusCode::kNotFound:
+      return reply::kNotFound;
+    case StatusCode::kUnavailable:
+      return reply::kDraining;
+    default:
+      return reply::kInternalError;
   }
 }
 
@@ -73,17 +77,17 @@ std::string ServerStatsYaml(const engine::EngineStats& e, const ServerCounters& 
                  "cmd-list-tubes-watched: {}\ncmd-pause-tube: {}\n",
                  op(Op::kPut), op(Op::kPeek), op(Op::kPeekReady), op(Op::kPeekDelayed),
                  op(Op::kPeekBuried), op(Op::kReserve), op(Op::kReserveWithTimeout),
-                 op(Op::kDelete), op(Op::kRelease), op(Op::kUse), op(Op::kWatch),
-                 op(Op::kIgnore), op(Op::kBury), op(Op::kKick), op(Op::kTouch), op(Op::kStats),
-                 op(Op::kStatsJob), op(Op::kStatsTube), op(Op::kListTubes),
-                 op(Op::kListTubeUsed), op(Op::kListTubesWatched), op(Op::kPauseTube));
+                 op(Op::kDelete), op(Op::kRelease), op(Op::kUse), op(Op::kWatch), op(Op::kIgnore),
+                 op(Op::kBury), op(Op::kKick), op(Op::kTouch), op(Op::kStats), op(Op::kStatsJob),
+                 op(Op::kStatsTube), op(Op::kListTubes), op(Op::kListTubeUsed),
+                 op(Op::kListTubesWatched), op(Op::kPauseTube));
   fmt::format_to(it,
                  "job-timeouts: {}\ntotal-jobs: {}\nmax-job-size: {}\ncurrent-tubes: {}\n"
                  "current-connections: {}\ncurrent-producers: {}\ncurrent-workers: {}\n"
                  "current-waiting: {}\ntotal-connections: {}\npid: {}\nversion: \"{}\"\n"
                  "rusage-utime: {}.{:06}\nrusage-stime: {}.{:06}\nuptime: {}\n",
-                 e.job_timeouts, e.total_jobs, p.max_job_size, e.tubes, c.connections,
-                 c.producers, c.workers, e.waiting, c.total_connections, ::getpid(), p.version,
+                 e.job_timeouts, e.total_jobs, p.max_job_size, e.tubes, c.connections, c.producers,
+                 c.workers, e.waiting, c.total_connections, ::getpid(), p.version,
                  ru.ru_utime.tv_sec, ru.ru_utime.tv_usec, ru.ru_stime.tv_sec, ru.ru_stime.tv_usec,
                  (now_steady_us - p.started_us) / 1'000'000);
   // delayd has no binlog files; these keys stay for clients that read them,

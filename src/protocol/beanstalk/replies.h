@@ -61,7 +61,7 @@ struct ProcessInfo {
   std::string version;
   std::string instance_id;  // 16 hex digits, random per process
   std::string hostname, os, platform;
-  int64_t started_us = 0;   // steady
+  int64_t started_us = 0;  // steady
   uint64_t max_job_size = 0;
 };
 

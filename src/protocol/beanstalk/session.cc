@@ -1,10 +1,11 @@
 #include "protocol/beanstalk/session.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace delayd::beanstalk {
 
@@ -49,20 +50,20 @@ void Session::Read() {
   if (reading_ || closed_ || eof_ || quitting_ || InputPaused()) return;
   reading_ = true;
   auto buf = std::make_shared<std::array<char, kReadChunk>>();
-  socket_.async_read_some(
-      asio::buffer(*buf), [self = shared_from_this(), buf](boost::system::error_code ec, size_t n) {
-        self->reading_ = false;
-        if (self->closed_) return;
-        self->in_.append(buf->data(), n);
-        if (ec) {
-          if (ec != asio::error::eof) {
-            self->Close();
-            return;
-          }
-          self->eof_ = true;
-        }
-        self->Process();
-      });
+  socket_.async_read_some(asio::buffer(*buf),
+                          [self = shared_from_this(), buf](boost::system::error_code ec, size_t n) {
+                            self->reading_ = false;
+                            if (self->closed_) return;
+                            self->in_.append(buf->data(), n);
+                            if (ec) {
+                              if (ec != asio::error::eof) {
+                                self->Close();
+                                return;
+                              }
+                              self->eof_ = true;
+                            }
+                            self->Process();
+                          });
 }
 
 void Session::ScheduleProcess() {
@@ -107,10 +108,14 @@ void Session::Process() {
 bool Session::Step() {
   if (OutputFull()) return false;
   switch (mode_) {
-    case Mode::kCommand: return StepCommand();
-    case Mode::kSkipLine: return StepSkipLine();
-    case Mode::kBody: return StepBody();
-    case Mode::kDiscard: return StepDiscard();
+    case Mode::kCommand:
+      return StepCommand();
+    case Mode::kSkipLine:
+      return StepSkipLine();
+    case Mode::kBody:
+      return StepBody();
+    case Mode::kDiscard:
+      return StepDiscard();
   }
   return false;
 }
@@ -223,10 +228,14 @@ void Session::Execute(Command& cmd) {
       put_ = cmd;
       mode_ = Mode::kBody;
       return;
-    case Op::kPeek: return job_or_status("FOUND", e.Peek(cmd.id));
-    case Op::kPeekReady: return job_or_status("FOUND", e.PeekReady(client_));
-    case Op::kPeekDelayed: return job_or_status("FOUND", e.PeekDelayed(client_));
-    case Op::kPeekBuried: return job_or_status("FOUND", e.PeekBuried(client_));
+    case Op::kPeek:
+      return job_or_status("FOUND", e.Peek(cmd.id));
+    case Op::kPeekReady:
+      return job_or_status("FOUND", e.PeekReady(client_));
+    case Op::kPeekDelayed:
+      return job_or_status("FOUND", e.PeekDelayed(client_));
+    case Op::kPeekBuried:
+      return job_or_status("FOUND", e.PeekBuried(client_));
     case Op::kReserve:
     case Op::kReserveWithTimeout:
     case Op::kReserveJob:
@@ -234,15 +243,18 @@ void Session::Execute(Command& cmd) {
         worker_ = true;
         ++ctx_.counters.workers;
       }
-      if (cmd.op == Op::kReserveJob) return job_or_status("RESERVED", e.ReserveJob(client_, cmd.id));
+      if (cmd.op == Op::kReserveJob)
+        return job_or_status("RESERVED", e.ReserveJob(client_, cmd.id));
       reserve_slot_ = NewSlot();
       e.Reserve(client_, cmd.op == Op::kReserve || cmd.timeout_s < 0 ? -1 : cmd.timeout_s * 1000);
       return;
-    case Op::kDelete: return e.Delete(client_, cmd.id, FillOnDone(reply::kDeleted));
+    case Op::kDelete:
+      return e.Delete(client_, cmd.id, FillOnDone(reply::kDeleted));
     case Op::kRelease:
       return e.Release(client_, cmd.id, cmd.priority, cmd.delay_s * 1000,
                        FillOnDone(reply::kReleased));
-    case Op::kBury: return e.Bury(client_, cmd.id, cmd.priority, FillOnDone(reply::kBuried));
+    case Op::kBury:
+      return e.Bury(client_, cmd.id, cmd.priority, FillOnDone(reply::kBuried));
     case Op::kKick: {
       Slot* s = NewSlot();
       e.Kick(client_, cmd.bound, [w = weak_from_this(), s](Result<uint64_t> r) {
@@ -256,8 +268,10 @@ void Session::Execute(Command& cmd) {
       });
       return;
     }
-    case Op::kKickJob: return e.KickJob(cmd.id, FillOnDone(reply::kKicked));
-    case Op::kTouch: return Reply(StatusReply(e.Touch(client_, cmd.id), reply::kTouched));
+    case Op::kKickJob:
+      return e.KickJob(cmd.id, FillOnDone(reply::kKicked));
+    case Op::kTouch:
+      return Reply(StatusReply(e.Touch(client_, cmd.id), reply::kTouched));
     case Op::kStats: {
       ctx_.counters.store_writes = ctx_.store_writes ? ctx_.store_writes() : 0;
       return Reply(YamlReply(
@@ -276,15 +290,19 @@ void Session::Execute(Command& cmd) {
     case Op::kUse:
       e.Use(client_, cmd.tube);
       return Reply(fmt::format("USING {}\r\n", cmd.tube));
-    case Op::kWatch: return Reply(fmt::format("WATCHING {}\r\n", e.Watch(client_, cmd.tube)));
+    case Op::kWatch:
+      return Reply(fmt::format("WATCHING {}\r\n", e.Watch(client_, cmd.tube)));
     case Op::kIgnore: {
       auto n = e.Ignore(client_, cmd.tube);
       if (!n) return Reply(reply::kNotIgnored);
       return Reply(fmt::format("WATCHING {}\r\n", *n));
     }
-    case Op::kListTubes: return Reply(YamlReply(TubeListYaml(e.TubeNames())));
-    case Op::kListTubeUsed: return Reply(fmt::format("USING {}\r\n", e.UsedTube(client_)));
-    case Op::kListTubesWatched: return Reply(YamlReply(TubeListYaml(e.WatchedTubes(client_))));
+    case Op::kListTubes:
+      return Reply(YamlReply(TubeListYaml(e.TubeNames())));
+    case Op::kListTubeUsed:
+      return Reply(fmt::format("USING {}\r\n", e.UsedTube(client_)));
+    case Op::kListTubesWatched:
+      return Reply(YamlReply(TubeListYaml(e.WatchedTubes(client_))));
     case Op::kQuit:
       quitting_ = true;
       CloseWhenFlushed();

@@ -102,19 +102,19 @@ class Session : public std::enable_shared_from_this<Session>, public engine::Cli
   SessionContext& ctx_;
   engine::Client* client_ = nullptr;
 
-  std::string in_;       // unprocessed input starts at in_pos_
+  std::string in_;  // unprocessed input starts at in_pos_
   size_t in_pos_ = 0;
   Mode mode_ = Mode::kCommand;
-  Command put_;          // the put whose body is being read
-  uint64_t discard_ = 0; // bytes still to throw away in kDiscard
+  Command put_;           // the put whose body is being read
+  uint64_t discard_ = 0;  // bytes still to throw away in kDiscard
   Slot* discard_slot_ = nullptr;
 
-  std::deque<Slot> slots_;  // replies in command order
-  size_t puts_pending_ = 0;  // put replies not yet ready
-  size_t pending_ = 0;       // replies not yet ready
+  std::deque<Slot> slots_;        // replies in command order
+  size_t puts_pending_ = 0;       // put replies not yet ready
+  size_t pending_ = 0;            // replies not yet ready
   Slot* reserve_slot_ = nullptr;  // the blocked reserve, if any
 
-  std::string out_;        // replies being written
+  std::string out_;  // replies being written
   size_t queued_bytes_ = 0;
   bool reading_ = false;
   bool writing_ = false;

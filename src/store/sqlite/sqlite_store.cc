@@ -1,8 +1,7 @@
 #include "store/sqlite/sqlite_store.h"
 
-#include <sqlite3.h>
 #include <spdlog/spdlog.h>
-
+#include <sqlite3.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -151,9 +150,8 @@ Result<std::vector<JobRecord>> ReadJobs(Stmt& q) {
 }
 
 Status OpenDb(const std::string& path, int cache_kib, sqlite3** db) {
-  int rc = sqlite3_open_v2(path.c_str(), db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc = sqlite3_open_v2(
+      path.c_str(), db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     Status s = Status::IoError("open " + path + ": " + (*db ? sqlite3_errmsg(*db) : "?"));
     sqlite3_close(*db);
@@ -167,8 +165,10 @@ Status OpenDb(const std::string& path, int cache_kib, sqlite3** db) {
   // than SQLite's 1,000 cut the writer's work: 135k -> 155-189k puts/s with
   // delays spread over an hour (bench/run's put phase, this 2-core machine).
 
-  std::string pragmas = "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=10000; PRAGMA cache_size=-" +
-                        std::to_string(cache_kib) + ";";
+  std::string pragmas =
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=10000; PRAGMA "
+      "cache_size=-" +
+      std::to_string(cache_kib) + ";";
   return Exec(*db, pragmas.c_str());
 }
 
@@ -184,12 +184,14 @@ class SqliteStore::Statements {
     Status s = insert.Prepare(db, std::string("INSERT INTO jobs (") + kJobColumns +
                                       ", due_min) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     if (s.ok())
-      s = update.Prepare(db,
-                         "UPDATE jobs SET pri=?2, state=?3, due_ms=?4, due_min=?5, delay_ms=?6, "
-                         "reserves=?7, timeouts=?8, releases=?9, buries=?10, kicks=?11 WHERE id=?1");
+      s = update.Prepare(
+          db,
+          "UPDATE jobs SET pri=?2, state=?3, due_ms=?4, due_min=?5, delay_ms=?6, "
+          "reserves=?7, timeouts=?8, releases=?9, buries=?10, kicks=?11 WHERE id=?1");
     if (s.ok()) s = remove.Prepare(db, "DELETE FROM jobs WHERE id=?");
     if (s.ok())
-      s = pause.Prepare(db, "INSERT OR REPLACE INTO tubes (name, pause_ms, unpause_ms) VALUES (?,?,?)");
+      s = pause.Prepare(db,
+                        "INSERT OR REPLACE INTO tubes (name, pause_ms, unpause_ms) VALUES (?,?,?)");
     if (s.ok())
       s = set_next_id.Prepare(db, "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_id', ?)");
     return s;
@@ -250,8 +252,8 @@ Result<Recovered> SqliteStore::Recover(int64_t horizon_minute) {
   }
   {
     Stmt q;
-    Status s = q.Prepare(read_db_,
-                         "SELECT tube, count(*) FROM jobs WHERE state=1 AND due_min>? GROUP BY tube");
+    Status s = q.Prepare(
+        read_db_, "SELECT tube, count(*) FROM jobs WHERE state=1 AND due_min>? GROUP BY tube");
     if (!s.ok()) return s;
     q.Bind(1, horizon_minute);
     while (q.Step(&status)) {
@@ -303,8 +305,8 @@ void SqliteStore::WriterLoop() {
   // The writer yields the CPU to the event loop: on a busy machine, firing
   // due jobs on time matters more than a commit a moment sooner (Linux nice
   // values are per thread).
-  if (options_.writer_nice != 0 &&
-      setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.writer_nice) != 0) {
+  if (options_.writer_nice != 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)),
+                                               options_.writer_nice) != 0) {
     spdlog::warn("store: cannot lower the writer thread's priority");
   }
   for (;;) {

@@ -21,11 +21,11 @@ struct sqlite3;
 namespace delayd::store {
 
 struct SqliteOptions {
-  std::string path;              // the database file
-  size_t max_batch = 8192;       // mutations per transaction at most
-  int write_cache_kib = 32768;   // page cache of the write connection
-  int read_cache_kib = 8192;     // page cache of the read connection
-  int writer_nice = 5;           // CPU priority of the writer thread, relative to the process
+  std::string path;             // the database file
+  size_t max_batch = 8192;      // mutations per transaction at most
+  int write_cache_kib = 32768;  // page cache of the write connection
+  int read_cache_kib = 8192;    // page cache of the read connection
+  int writer_nice = 5;          // CPU priority of the writer thread, relative to the process
 };
 
 class SqliteStore final : public Store {

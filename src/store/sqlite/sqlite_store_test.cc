@@ -159,8 +159,8 @@ TEST_F(SqliteStoreTest, UpdateChangesStateButKeepsBody) {
 TEST_F(SqliteStoreTest, FailedBatchAppliesNothingAndReportsEveryMutation) {
   // A duplicate id makes the batch fail; its other insert must not persist.
   Apply({Mutation::Insert(Job(1, StoredState::kReady, 0))});
-  std::vector<Status> st =
-      Apply({Mutation::Insert(Job(2, StoredState::kReady, 0)), Mutation::Insert(Job(1, StoredState::kReady, 0))});
+  std::vector<Status> st = Apply({Mutation::Insert(Job(2, StoredState::kReady, 0)),
+                                  Mutation::Insert(Job(1, StoredState::kReady, 0))});
   // Both were queued before the writer woke, or the duplicate failed alone:
   // either way a failure is reported and job 2 exists only if its own batch passed.
   bool any_failed = !st[0].ok() || !st[1].ok();
