@@ -139,15 +139,16 @@ long RssKib(int64_t pid) {
   return -1;
 }
 
-// Puts `jobs` jobs over `conns` connections, `pipeline` at a time, with
-// delays uniform in [delay_min, delay_max] seconds.
-int Put(const std::map<std::string, std::string>& f) {
+// Runs `batch(conn, n, failures)` on `conns` connections in parallel until
+// `jobs` jobs are done, `pipeline` at a time per call; `batch` returns how
+// many of its n succeeded. Prints "<name> jobs= seconds= rate= failures=".
+template <typename Batch>
+int OnConnections(const char* name, const std::map<std::string, std::string>& f,
+                  int64_t default_jobs, Batch batch) {
   const int port = static_cast<int>(Get(f, "port", 11300));
   const int conns = static_cast<int>(Get(f, "conns", 4));
-  const int64_t jobs = Get(f, "jobs", 200'000);
+  const int64_t jobs = Get(f, "jobs", default_jobs);
   const int pipeline = static_cast<int>(Get(f, "pipeline", 100));
-  const size_t size = static_cast<size_t>(Get(f, "size", 64));
-  const int64_t dmin = Get(f, "delay-min", 0), dmax = Get(f, "delay-max", 0);
   std::atomic<int64_t> done{0};
   std::atomic<int> failures{0};
   auto start = Clock::now();
@@ -157,93 +158,83 @@ int Put(const std::map<std::string, std::string>& f) {
       try {
         Conn conn(port);
         std::mt19937_64 rng(static_cast<uint64_t>(c) + 1);
-        const std::string body(size, 'x');
-        int64_t mine = jobs / conns + (c < jobs % conns ? 1 : 0);
-        std::string batch;
-        while (mine > 0) {
+        for (int64_t mine = jobs / conns + (c < jobs % conns ? 1 : 0); mine > 0;) {
           const int n = static_cast<int>(std::min<int64_t>(pipeline, mine));
-          batch.clear();
-          for (int i = 0; i < n; ++i) {
-            int64_t delay =
-                dmax > dmin
-                    ? dmin + static_cast<int64_t>(rng() % static_cast<uint64_t>(dmax - dmin + 1))
-                    : dmin;
-            batch += "put 100 " + std::to_string(delay) + " 60 " + std::to_string(size) + "\r\n";
-            batch += body;
-            batch += "\r\n";
-          }
-          conn.Send(batch);
-          for (int i = 0; i < n; ++i) {
-            if (conn.Reply().rfind("INSERTED", 0) != 0) ++failures;
-          }
+          done += batch(conn, n, rng, failures);
           mine -= n;
-          done += n;
         }
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "put: %s\n", e.what());
+        std::fprintf(stderr, "%s: %s\n", name, e.what());
         ++failures;
       }
     });
   }
   for (auto& t : threads) t.join();
   double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("put jobs=%lld seconds=%.3f rate=%.0f failures=%d\n",
+  std::printf("%s jobs=%lld seconds=%.3f rate=%.0f failures=%d\n", name,
               static_cast<long long>(done.load()), secs, static_cast<double>(done.load()) / secs,
               failures.load());
   return failures ? 1 : 0;
 }
 
-// Reserves and deletes `jobs` ready jobs over `conns` connections,
-// `pipeline` reserves then `pipeline` deletes at a time.
-int Drain(const std::map<std::string, std::string>& f) {
-  const int port = static_cast<int>(Get(f, "port", 11300));
-  const int conns = static_cast<int>(Get(f, "conns", 4));
-  const int64_t jobs = Get(f, "jobs", 100'000);
-  const int pipeline = static_cast<int>(Get(f, "pipeline", 100));
-  std::atomic<int64_t> done{0};
-  std::atomic<int> failures{0};
-  auto start = Clock::now();
-  std::vector<std::thread> threads;
-  for (int c = 0; c < conns; ++c) {
-    threads.emplace_back([&, c] {
-      try {
-        Conn conn(port);
-        int64_t mine = jobs / conns + (c < jobs % conns ? 1 : 0);
-        while (mine > 0) {
-          const int n = static_cast<int>(std::min<int64_t>(pipeline, mine));
-          std::string reserves;
-          for (int i = 0; i < n; ++i) reserves += "reserve-with-timeout 5\r\n";
-          conn.Send(reserves);
-          std::string deletes;
-          int got = 0;
-          for (int i = 0; i < n; ++i) {
-            std::string r = conn.Reply();
-            if (r.rfind("RESERVED ", 0) != 0) {
-              ++failures;
-              continue;
-            }
-            deletes += "delete " + r.substr(9, r.find(' ', 9) - 9) + "\r\n";
-            ++got;
-          }
-          conn.Send(deletes);
-          for (int i = 0; i < got; ++i) {
-            if (conn.Reply() != "DELETED") ++failures;
-          }
-          mine -= n;
-          done += got;
+// Puts jobs with delays uniform in [delay-min, delay-max] seconds.
+int Put(const std::map<std::string, std::string>& f) {
+  const size_t size = static_cast<size_t>(Get(f, "size", 64));
+  const int64_t dmin = Get(f, "delay-min", 0), dmax = Get(f, "delay-max", 0);
+  const std::string body(size, 'x');
+  return OnConnections(
+      "put", f, 200'000, [&](Conn& conn, int n, std::mt19937_64& rng, std::atomic<int>& failures) {
+        std::string batch;
+        for (int i = 0; i < n; ++i) {
+          const int64_t delay =
+              dmax > dmin
+                  ? dmin + static_cast<int64_t>(rng() % static_cast<uint64_t>(dmax - dmin + 1))
+                  : dmin;
+          batch += "put 100 " + std::to_string(delay) + " 60 " + std::to_string(size) + "\r\n" +
+                   body + "\r\n";
         }
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "drain: %s\n", e.what());
-        ++failures;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("drain jobs=%lld seconds=%.3f rate=%.0f failures=%d\n",
-              static_cast<long long>(done.load()), secs, static_cast<double>(done.load()) / secs,
-              failures.load());
-  return failures ? 1 : 0;
+        conn.Send(batch);
+        int ok = 0;
+        for (int i = 0; i < n; ++i) {
+          if (conn.Reply().rfind("INSERTED", 0) == 0) {
+            ++ok;
+          } else {
+            ++failures;
+          }
+        }
+        return ok;
+      });
+}
+
+// Reserves and deletes ready jobs: n reserves, then their n deletes.
+int Drain(const std::map<std::string, std::string>& f) {
+  return OnConnections("drain", f, 100'000,
+                       [](Conn& conn, int n, std::mt19937_64&, std::atomic<int>& failures) {
+                         std::string reserves;
+                         for (int i = 0; i < n; ++i) reserves += "reserve-with-timeout 5\r\n";
+                         conn.Send(reserves);
+                         std::string deletes;
+                         int got = 0;
+                         for (int i = 0; i < n; ++i) {
+                           std::string r = conn.Reply();
+                           if (r.rfind("RESERVED ", 0) != 0) {
+                             ++failures;
+                             continue;
+                           }
+                           deletes += "delete " + r.substr(9, r.find(' ', 9) - 9) + "\r\n";
+                           ++got;
+                         }
+                         conn.Send(deletes);
+                         int ok = 0;
+                         for (int i = 0; i < got; ++i) {
+                           if (conn.Reply() == "DELETED") {
+                             ++ok;
+                           } else {
+                             ++failures;
+                           }
+                         }
+                         return ok;
+                       });
 }
 
 // Puts `jobs` jobs with delays of 1..spread seconds (each body names its due
