@@ -30,6 +30,12 @@ Server::Server(Config config)
       shutdown_timer_(io_) {}
 
 Server::~Server() {
+  // Everything is flushed by now; a second stop signal (an impatient
+  // operator, or a supervisor repeating SIGTERM) must not turn a clean exit
+  // into death by signal once the signal set below is gone.
+  signals_.clear();
+  std::signal(SIGTERM, SIG_IGN);
+  std::signal(SIGINT, SIG_IGN);
   listener_.reset();
   if (store_) store_->Close();
   io_.restart();

@@ -33,7 +33,8 @@ Listener::~Listener() {
 
 Result<std::string> Listener::Listen(const Endpoint& endpoint) {
   boost::system::error_code ec;
-  auto acceptor = std::make_unique<Acceptor>(io_);
+  auto port = std::make_unique<Port>(io_);
+  auto* acceptor = &port->acceptor;
   const bool is_unix = endpoint.protocol().family() == AF_UNIX;
   std::string unix_path;
   if (is_unix) {
@@ -47,15 +48,17 @@ Result<std::string> Listener::Listen(const Endpoint& endpoint) {
   if (ec) return Status::IoError("listen on " + EndpointToString(endpoint) + ": " + ec.message());
   if (is_unix) unix_paths_.push_back(unix_path);
   std::string bound = EndpointToString(acceptor->local_endpoint(ec));
-  Accept(acceptor.get());
-  acceptors_.push_back(std::move(acceptor));
+  Accept(port.get());
+  ports_.push_back(std::move(port));
   return bound;
 }
 
-void Listener::Accept(Acceptor* acceptor) {
-  acceptor->async_accept(
-      [this, acceptor](boost::system::error_code ec, stream_protocol::socket socket) {
-        if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+void Listener::Accept(Port* port) {
+  // Handlers may run after the listener is gone, with operation_aborted; they
+  // must not touch `port` then.
+  port->acceptor.async_accept(
+      [this, port](boost::system::error_code ec, stream_protocol::socket socket) {
+        if (ec == asio::error::operation_aborted || !port->acceptor.is_open()) return;
         if (!ec) {
           if (sessions_.size() >= max_connections_) {
             spdlog::warn("beanstalk: connection limit {} reached; refusing a connection",
@@ -74,23 +77,22 @@ void Listener::Accept(Acceptor* acceptor) {
           // Out of descriptors (EMFILE) or memory: accepting again at once would
           // fail again at once and spin. Serve the open connections for a while.
           spdlog::warn("beanstalk: accept: {}; pausing accepts for 100 ms", ec.message());
-          auto pause = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
-          pause->async_wait([this, acceptor, pause,
-                             alive = std::weak_ptr<bool>(alive_)](boost::system::error_code) {
-            if (alive.lock() && acceptor->is_open()) Accept(acceptor);
+          port->pause.expires_after(std::chrono::milliseconds(100));
+          port->pause.async_wait([this, port](boost::system::error_code wait_ec) {
+            if (!wait_ec && port->acceptor.is_open()) Accept(port);
           });
           return;
         }
-        Accept(acceptor);
+        Accept(port);
       });
 }
 
 void Listener::StopAccepting() {
-  for (auto& a : acceptors_) {
+  for (auto& p : ports_) {
     boost::system::error_code ignored;
-    a->close(ignored);
+    p->acceptor.close(ignored);
+    p->pause.cancel();
   }
-  acceptors_.clear();
   for (auto& p : unix_paths_) ::unlink(p.c_str());
   unix_paths_.clear();
 }

@@ -7,6 +7,7 @@
 #include <boost/asio/basic_socket_acceptor.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -37,13 +38,18 @@ class Listener {
   size_t sessions() const { return sessions_.size(); }
 
  private:
-  using Acceptor = boost::asio::basic_socket_acceptor<boost::asio::generic::stream_protocol>;
-  void Accept(Acceptor* acceptor);
+  // An acceptor and the timer that pauses it after an accept error.
+  struct Port {
+    Port(boost::asio::io_context& io) : acceptor(io), pause(io) {}
+    boost::asio::basic_socket_acceptor<boost::asio::generic::stream_protocol> acceptor;
+    boost::asio::steady_timer pause;
+  };
+  void Accept(Port* port);
 
   boost::asio::io_context& io_;
   SessionContext ctx_;
   size_t max_connections_;
-  std::vector<std::unique_ptr<Acceptor>> acceptors_;
+  std::vector<std::unique_ptr<Port>> ports_;
   std::vector<std::string> unix_paths_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // see on_closed
