@@ -255,19 +255,8 @@ void Session::Execute(Command& cmd) {
                        FillOnDone(reply::kReleased));
     case Op::kBury:
       return e.Bury(client_, cmd.id, cmd.priority, FillOnDone(reply::kBuried));
-    case Op::kKick: {
-      Slot* s = NewSlot();
-      e.Kick(client_, cmd.bound, [w = weak_from_this(), s](Result<uint64_t> r) {
-        auto self = w.lock();
-        if (!self || self->closed_) return;
-        if (r.ok()) {
-          self->Fill(s, fmt::format("KICKED {}\r\n", r.value()));
-        } else {
-          self->Fill(s, StatusReply(r.status(), ""));
-        }
-      });
-      return;
-    }
+    case Op::kKick:
+      return e.Kick(client_, cmd.bound, FillWithNumber("KICKED", NewSlot()));
     case Op::kKickJob:
       return e.KickJob(cmd.id, FillOnDone(reply::kKicked));
     case Op::kTouch:
@@ -316,17 +305,8 @@ void Session::Execute(Command& cmd) {
 }
 
 void Session::FinishPut(std::string body) {
-  Slot* s = NewSlot(/*put=*/true);
   ctx_.engine.Put(client_, put_.priority, put_.delay_s * 1000, put_.ttr_s * 1000, std::move(body),
-                  [w = weak_from_this(), s](Result<uint64_t> r) {
-                    auto self = w.lock();
-                    if (!self || self->closed_) return;
-                    if (r.ok()) {
-                      self->Fill(s, fmt::format("INSERTED {}\r\n", r.value()));
-                    } else {
-                      self->Fill(s, StatusReply(r.status(), ""));
-                    }
-                  });
+                  FillWithNumber("INSERTED", NewSlot(/*put=*/true)));
 }
 
 // ---------------------------------------------------------------- engine callbacks
@@ -372,6 +352,18 @@ void Session::Fill(Slot* slot, std::string_view data) {
 }
 
 void Session::Reply(std::string_view data) { Fill(NewSlot(), data); }
+
+std::function<void(Result<uint64_t>)> Session::FillWithNumber(std::string_view word, Slot* slot) {
+  return [w = weak_from_this(), slot, word](Result<uint64_t> r) {
+    auto self = w.lock();
+    if (!self || self->closed_) return;
+    if (r.ok()) {
+      self->Fill(slot, fmt::format("{} {}\r\n", word, r.value()));
+    } else {
+      self->Fill(slot, StatusReply(r.status(), ""));
+    }
+  };
+}
 
 std::function<void(const Status&)> Session::FillOnDone(std::string_view ok) {
   Slot* s = NewSlot();

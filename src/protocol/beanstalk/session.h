@@ -89,6 +89,8 @@ class Session : public std::enable_shared_from_this<Session>, public engine::Cli
   void Fill(Slot* slot, std::string_view data);
   void Reply(std::string_view data);  // a reply ready at once
   std::function<void(const Status&)> FillOnDone(std::string_view ok);
+  // Fills `slot` with "<word> <n>\r\n" on success (INSERTED, KICKED).
+  std::function<void(Result<uint64_t>)> FillWithNumber(std::string_view word, Slot* slot);
   void Flush();
   bool OutputFull() const { return queued_bytes_ > kMaxQueuedOutput; }
   bool InputPaused() const;
