@@ -19,6 +19,9 @@ std::string Status::ToString() const {
     case StatusCode::kUnavailable:
       name = "UNAVAILABLE";
       break;
+    case StatusCode::kConflict:
+      name = "CONFLICT";
+      break;
     case StatusCode::kInternal:
       name = "INTERNAL";
       break;

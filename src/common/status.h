@@ -19,6 +19,7 @@ enum class StatusCode {
   kInvalidArgument,
   kIoError,      // the store could not read or write (disk full, corruption)
   kUnavailable,  // shutting down or draining: the client may retry later
+  kConflict,     // the job exists but its state forbids the operation (reserved, not buried...)
   kInternal,
 };
 
@@ -35,15 +36,25 @@ class [[nodiscard]] Status {
   static Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status Conflict(std::string m) { return {StatusCode::kConflict, std::move(m)}; }
+  // Bad input in one named field of a request ("retry.max_attempts").
+  static Status InvalidField(std::string field, std::string m) {
+    Status s(StatusCode::kInvalidArgument, std::move(m));
+    s.field_ = std::move(field);
+    return s;
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The offending input field of an kInvalidArgument status; empty if none.
+  const std::string& field() const { return field_; }
   std::string ToString() const;
 
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  std::string field_;
 };
 
 template <typename T>

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "engine/spec_json.h"
+
 namespace delayd::engine {
 
 using store::JobRecord;
@@ -39,6 +41,14 @@ Engine::Engine(store::Store& store, const Clock& clock, EngineOptions options, W
       wheel_(NowTick()) {
   loader_timer_.kind = TimerKind::kLoader;
   FindOrMakeTube(kDefaultTube)->permanent = true;
+  // Internal holders of reservations: they use and watch no tube, so they
+  // never show in beanstalk stats, and never wait.
+  for (Client** holder : {&http_holder_, &push_holder_}) {
+    holders_.push_back(std::make_unique<Client>());
+    *holder = holders_.back().get();
+    (*holder)->timer.kind = TimerKind::kClient;
+    (*holder)->timer.owner = *holder;
+  }
 }
 
 Engine::~Engine() = default;
@@ -107,6 +117,7 @@ Job* Engine::AddJob(const JobRecord& r, JobState state) {
   j->body = std::make_shared<const std::string>(r.body);
   j->timer.kind = TimerKind::kJob;
   j->timer.owner = j.get();
+  SetExtra(j.get(), r);
   ++j->tube->jobs;
   Job* raw = j.get();
   jobs_.emplace(r.id, std::move(j));
@@ -126,13 +137,44 @@ JobRecord Engine::Record(const Job& j) const {
   r.ttr_ms = j.ttr_ms;
   r.created_ms = j.created_ms;
   r.counters = j.counters;
+  if (j.extra) {
+    r.key = j.extra->key;
+    r.spec = j.extra->spec_text;
+    r.attempt_log = j.extra->attempt_log;
+    r.last_error = j.extra->last_error;
+  }
   return r;
+}
+
+void Engine::SetExtra(Job* j, const JobRecord& r) {
+  if (r.key.empty() && r.spec.empty() && r.attempt_log.empty() && r.last_error.empty()) {
+    j->extra.reset();
+    return;
+  }
+  if (!j->extra) j->extra = std::make_unique<JobExtra>();
+  j->extra->key = r.key;
+  if (j->extra->spec_text != r.spec || !j->extra->spec) {
+    j->extra->spec_text = r.spec;
+    j->extra->spec = DecodeSpec(r.spec);
+  }
+  j->extra->attempt_log = r.attempt_log;
+  j->extra->last_error = r.last_error;
+}
+
+void Engine::NotifyPush(Tube* t) {
+  if (push_listener_ && !t->push_ready.empty() && !t->paused()) push_listener_(t->name);
 }
 
 void Engine::MakeReady(Job* j) {
   j->state = JobState::kReady;
-  j->tube->ready.insert(j);
   if (j->priority < kUrgentThreshold) ++j->tube->urgent;
+  if (j->push()) {
+    const bool was_empty = j->tube->push_ready.empty();
+    j->tube->push_ready.insert(j);
+    if (was_empty) NotifyPush(j->tube);
+    return;
+  }
+  j->tube->ready.insert(j);
   Serve(j->tube);
 }
 
@@ -146,7 +188,7 @@ void Engine::Detach(Job* j) {
   Tube* t = j->tube;
   switch (j->state) {
     case JobState::kReady:
-      t->ready.erase(j);
+      (j->push() ? t->push_ready : t->ready).erase(j);
       if (j->priority < kUrgentThreshold) --t->urgent;
       break;
     case JobState::kDelayed:
@@ -213,7 +255,7 @@ Result<std::optional<JobRecord>> Engine::FindFar(uint64_t id) {
 
 Result<Job*> Engine::FindOrLoad(uint64_t id, const std::function<bool(const Job&)>& allowed) {
   if (Job* j = FindLive(id)) {
-    if (!allowed(*j)) return Status::NotFound("job is not in a state for this command");
+    if (!allowed(*j)) return Status::Conflict(std::string("job is ") + StateName(j->state));
     return j;
   }
   auto far = FindFar(id);
@@ -325,6 +367,12 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
   r.ttr_ms = ttr_ms;
   r.created_ms = due_ms - delay_ms;
   r.body = std::move(body);
+  if (c->use->settings) {
+    JobSpec spec;
+    int64_t unused_ttr = ttr_ms;
+    ApplyDefaults(c->use, spec, unused_ttr);
+    r.spec = EncodeSpec(spec);
+  }
   Job* j = AddJob(r, JobState::kPending);
   Write(j, Mutation::Insert(std::move(r)), [this, j, done = std::move(done)](const Status& s) {
     if (!s.ok()) {
@@ -360,9 +408,20 @@ void Engine::Delete(Client* c, uint64_t id, Done done) {
   if (!found.ok()) return done(found.status());
   Job* j = found.value();
   Detach(j);
-  j->state = JobState::kDeleting;
   ++j->tube->deletes;
-  Write(j, Mutation::Delete(id), std::move(done));
+  Finish(j, std::move(done));
+}
+
+void Engine::Finish(Job* j, Done done) {
+  j->state = JobState::kDeleting;
+  if (!j->extra) {
+    Write(j, Mutation::Delete(j->id), std::move(done));
+    return;
+  }
+  JobRecord r = Record(*j);
+  r.state = StoredState::kDone;
+  r.done_ms = clock_.WallMillis();
+  Write(j, Mutation::Update(std::move(r)), std::move(done));
 }
 
 void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms, Done done) {
@@ -558,7 +617,7 @@ Result<TubeStats> Engine::StatsTube(const std::string& name) const {
   TubeStats s;
   s.name = t->name;
   s.urgent = t->urgent;
-  s.ready = t->ready.size();
+  s.ready = t->ready.size() + t->push_ready.size();
   s.reserved = t->reserved;
   s.delayed = t->delayed.size() + t->far_delayed;
   s.buried = t->buried.size();
@@ -577,7 +636,7 @@ EngineStats Engine::Stats() const {
   EngineStats s;
   for (auto& t : tubes_) {
     s.urgent += t->urgent;
-    s.ready += t->ready.size();
+    s.ready += t->ready.size() + t->push_ready.size();
     s.reserved += t->reserved;
     s.delayed += t->delayed.size() + t->far_delayed;
     s.buried += t->buried.size();

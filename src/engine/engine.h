@@ -27,6 +27,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "engine/api_types.h"
 #include "engine/stats.h"
 #include "engine/types.h"
 #include "store/store.h"
@@ -43,6 +44,15 @@ struct EngineOptions {
   // Seconds before a reservation's deadline at which a blocked reserve of the
   // same client returns DEADLINE_SOON (beanstalkd's safety margin).
   int64_t deadline_soon_ms = 1000;
+  // ttr of a job submitted without one, when its topic sets none.
+  int64_t default_ttr_ms = 60'000;
+  // How long a finished job with a key, target or attempt history stays
+  // readable as "done", and keeps its key taken.
+  int64_t done_retention_ms = 3'600'000;
+  // Attempts kept per job in its history (the latest ones).
+  size_t attempt_log_size = 20;
+  // Added to a push job's target timeout to make its reservation's ttr.
+  int64_t push_ttr_margin_ms = 5000;
 };
 
 class Engine {
@@ -104,6 +114,55 @@ class Engine {
   Result<TubeStats> StatsTube(const std::string& name) const;
   EngineStats Stats() const;
 
+  // --- the HTTP API (engine_api.cc) ---
+  // Submits jobs to one topic, all durable or none. Jobs whose key is taken
+  // come back as duplicates of the job holding it and are not created.
+  void Submit(const std::string& topic, std::vector<NewJob> jobs,
+              std::function<void(Result<std::vector<Submitted>>)> done);
+  Result<JobInfo> GetJob(uint64_t id);
+  // The live job, or done job within its retention, holding `key`.
+  Result<JobInfo> GetByKey(const std::string& topic, const std::string& key);
+  Result<ListPage> List(const ListFilter& f);
+  // kConflict when reserved.
+  void Modify(uint64_t id, const JobPatch& patch, Done done);
+  // Deletes a job that is not reserved, leaving no record (a cancel).
+  void Remove(uint64_t id, Done done);
+  // A delayed job becomes ready now; a ready one stays so.
+  void RunNow(uint64_t id, Done done);
+  // A buried job (dead letter) becomes ready with a fresh attempt budget.
+  void Retry(uint64_t id, Done done);
+  // Pull over HTTP: the reservation `c` won moves to the HTTP holder, which
+  // keeps it until settled or its ttr runs out.
+  Result<JobInfo> AdoptReservation(Client* c, uint64_t id);
+  enum class Settle : uint8_t { kFinish, kRelease, kBury, kTouch };
+  // Settles an HTTP-held reservation; `lease` 0 skips the lease check.
+  void SettleHttp(uint64_t id, uint32_t lease, Settle how, uint32_t priority, int64_t delay_ms,
+                  Done done);
+  std::vector<TopicInfo> Topics() const;
+  Result<TopicInfo> Topic(const std::string& name) const;
+  // Null settings remove them.
+  void SetTopicSettings(const std::string& name, std::shared_ptr<const TopicSettings> settings,
+                        Done done);
+  void ResumeTube(const std::string& name, Done done);
+  // Removes done jobs past their retention (runs in the store's writer).
+  void PurgeDone();
+
+  // --- push delivery (engine_push.cc) ---
+  // Called with a topic's name when push jobs become ready or it unpauses.
+  void SetPushListener(std::function<void(const std::string& topic)> fn) {
+    push_listener_ = std::move(fn);
+  }
+  // Reserves the topic's next due push job for the dispatcher; nullopt when
+  // none is ready or the topic is paused.
+  std::optional<PushLease> TakePush(const std::string& topic);
+  // Reports a delivery. Stale reports (the lease ran out) are ignored.
+  // retry_delay_ms: nullopt after success; else the job is delayed by it,
+  // or buried as a dead letter when `dead`.
+  void PushDone(uint64_t id, uint32_t attempt, const Attempt& a, bool success, bool dead,
+                int64_t retry_delay_ms, Done done);
+  // Topics that have push jobs ready now.
+  std::vector<std::string> PushReadyTopics() const;
+
   // While draining, puts fail with kUnavailable.
   void SetDraining(bool on) { draining_ = on; }
   bool draining() const { return draining_; }
@@ -133,6 +192,15 @@ class Engine {
   // Wall ms when a delay asked for now ends.
   int64_t DueFromNow(int64_t delay_ms) const;
   Job* AddJob(const store::JobRecord& r, JobState state);
+  JobInfo Info(const Job& j) const;
+  static JobInfo Info(store::JobRecord r);
+  // Finishes `j`: a done record when it has extras, else gone.
+  void Finish(Job* j, Done done);
+  void AppendAttempt(Job* j, const Attempt& a);
+  // The topic's defaults applied to a job being created in `t`.
+  void ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const;
+  void SetExtra(Job* j, const store::JobRecord& r);
+  void NotifyPush(Tube* t);
   store::JobRecord Record(const Job& j) const;
   JobView View(const Job& j) const { return {j.id, j.body}; }
   void MakeReady(Job* j);
@@ -174,6 +242,12 @@ class Engine {
   uint64_t job_timeouts_ = 0;
   uint64_t waiting_ = 0;
   bool draining_ = false;
+  std::vector<std::unique_ptr<Client>> holders_;
+  Client* http_holder_ = nullptr;  // holds reservations made over HTTP
+  Client* push_holder_ = nullptr;  // holds the dispatcher's reservations
+  std::function<void(const std::string&)> push_listener_;
+  // Keys of submitted jobs not yet durable: "tube\0key" -> id.
+  std::unordered_map<std::string, uint64_t> pending_keys_;
 
   // The loader: every delayed job due in minutes <= loaded_minute_ is in
   // memory (or pinned by a pending write); later ones only in the store.

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/engine.h"
+#include "engine/spec_json.h"
 
 namespace delayd::engine {
 
@@ -80,6 +81,7 @@ void Engine::Fire(EngineTimer* t) {
       tube->pause_ms = 0;
       tube->unpause_us = 0;
       Serve(tube);
+      NotifyPush(tube);
       break;
     }
     case TimerKind::kLoader:
@@ -155,7 +157,12 @@ Status Engine::Recover() {
       case StoredState::kReady:
         MakeReady(j);
         break;
+      case StoredState::kDone:  // never recovered
+        break;
     }
+  }
+  for (const store::TubeSettings& ts : r->settings) {
+    FindOrMakeTube(ts.tube)->settings = DecodeSettings(ts.settings);
   }
   for (const store::FarCount& f : r->far) FindOrMakeTube(f.tube)->far_delayed += f.delayed;
   const int64_t steady_us = clock_.SteadyMicros();

@@ -56,7 +56,21 @@ class FlakyStore final : public store::Store {
     }
     real_.Submit(std::move(m), std::move(done));
   }
+  void SubmitAll(std::vector<store::Mutation> ms, Done done) override {
+    if (failing) {
+      post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
+      return;
+    }
+    real_.SubmitAll(std::move(ms), std::move(done));
+  }
   Result<std::optional<store::JobRecord>> Get(uint64_t id) override { return real_.Get(id); }
+  Result<std::optional<store::JobRecord>> GetByKey(const std::string& t,
+                                                   const std::string& k) override {
+    return real_.GetByKey(t, k);
+  }
+  Result<std::vector<store::JobRecord>> List(const store::ListQuery& q) override {
+    return real_.List(q);
+  }
   Result<std::vector<store::JobRecord>> LoadMinute(int64_t m, uint64_t a, size_t l) override {
     return real_.LoadMinute(m, a, l);
   }
@@ -435,7 +449,7 @@ TEST_F(EngineTest, OnlyTheReserverMaySettleAReservedJob) {
   engine_->Reserve(a, 0);
   r1.Take();
   EXPECT_EQ(Await([&](Engine::Done d) { engine_->Delete(b, id, d); }).code(),
-            StatusCode::kNotFound);
+            StatusCode::kConflict);
   EXPECT_EQ(Await([&](Engine::Done d) { engine_->Release(b, id, 1, 0, d); }).code(),
             StatusCode::kNotFound);
   EXPECT_EQ(engine_->Touch(b, id).code(), StatusCode::kNotFound);

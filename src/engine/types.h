@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/spec.h"
 #include "store/job_record.h"
 #include "wheel/timing_wheel.h"
 
@@ -36,6 +37,16 @@ enum class JobState : uint8_t {
   kDeleting,  // deleted, delete not yet durable: a tombstone the loader must skip
 };
 
+// What jobs submitted over HTTP (or put into a topic with settings) carry
+// beyond beanstalkd's fields. Plain beanstalk jobs have none, and pay nothing.
+struct JobExtra {
+  std::string key;                      // business key; empty: none
+  std::shared_ptr<const JobSpec> spec;  // target, retry policy, body encoding
+  std::string spec_text;                // spec in its stored form
+  std::string attempt_log;              // JSON array, latest attempts last
+  std::string last_error;
+};
+
 // beanstalkd: priorities below this count as urgent.
 constexpr uint32_t kUrgentThreshold = 1024;
 
@@ -55,6 +66,10 @@ struct Job {
   Client* reserver = nullptr;
   uint32_t pending_writes = 0;  // store writes not yet durable; pins the job in memory
   EngineTimer timer;            // due time when delayed, ttr deadline when reserved
+  std::unique_ptr<JobExtra> extra;
+
+  // A push job is delivered by the dispatcher; pull consumers never see it.
+  bool push() const { return extra && extra->spec && extra->spec->target; }
 };
 
 struct ReadyOrder {
@@ -78,8 +93,9 @@ struct BuryOrder {
 
 struct Tube {
   std::string name;
-  std::set<Job*, ReadyOrder> ready;
-  std::set<Job*, DelayOrder> delayed;  // delayed jobs in memory (due within the horizon)
+  std::set<Job*, ReadyOrder> ready;       // pull jobs
+  std::set<Job*, ReadyOrder> push_ready;  // push jobs, taken by the dispatcher
+  std::set<Job*, DelayOrder> delayed;     // delayed jobs in memory (due within the horizon)
   std::set<Job*, BuryOrder> buried;
   std::vector<Client*> waiters;  // clients blocked in reserve, first come first served
   uint64_t far_delayed = 0;      // delayed jobs only in the store (beyond the horizon)
@@ -91,14 +107,15 @@ struct Tube {
   uint64_t pauses = 0;      // cmd-pause-tube
   uint32_t using_count = 0;
   uint32_t watching_count = 0;
-  bool permanent = false;  // "default" never goes away
-  int64_t pause_ms = 0;    // the pause asked for; 0 when not paused
-  int64_t unpause_us = 0;  // steady us when the pause ends
-  EngineTimer timer;       // unpause
+  bool permanent = false;                         // "default" never goes away
+  int64_t pause_ms = 0;                           // the pause asked for; 0 when not paused
+  int64_t unpause_us = 0;                         // steady us when the pause ends
+  EngineTimer timer;                              // unpause
+  std::shared_ptr<const TopicSettings> settings;  // null: none set
 
   bool paused() const { return pause_ms > 0 || unpause_us > 0; }
   uint64_t refs() const {
-    return jobs + far_delayed + using_count + watching_count + (permanent ? 1 : 0);
+    return jobs + far_delayed + using_count + watching_count + (permanent || settings ? 1 : 0);
   }
 };
 

@@ -7,8 +7,9 @@
 namespace delayd::store {
 
 // The states a job can have in the store. A reservation is never stored: a
-// reserved job is stored as ready, so after a crash it is ready again.
-enum class StoredState : uint8_t { kReady = 0, kDelayed = 1, kBuried = 2 };
+// reserved job is stored as ready, so after a crash it is ready again. A done
+// job is a finished job kept as history (and to hold its key) for a while.
+enum class StoredState : uint8_t { kReady = 0, kDelayed = 1, kBuried = 2, kDone = 3 };
 
 constexpr int64_t kMillisPerMinute = 60'000;
 // The due-time index groups jobs by minute, so each minute is one insertion
@@ -35,8 +36,13 @@ struct JobRecord {
   int64_t delay_ms = 0;    // the delay last asked for (put or release)
   int64_t ttr_ms = 0;      // time to run of each reservation
   int64_t created_ms = 0;  // wall ms since the epoch of the put
+  int64_t done_ms = 0;     // wall ms when a done job finished
   JobCounters counters;
-  std::string body;  // empty in an update: updates never rewrite the body
+  std::string key;          // business key, unique per tube; empty: none
+  std::string spec;         // engine::JobSpec in its stored form; empty: a plain job
+  std::string attempt_log;  // JSON array of the latest delivery attempts; empty: none
+  std::string last_error;   // why the last attempt failed; empty: none
+  std::string body;         // an update never rewrites body, key or spec
 };
 
 }  // namespace delayd::store

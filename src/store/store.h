@@ -24,16 +24,40 @@
 namespace delayd::store {
 
 struct Mutation {
-  enum class Kind : uint8_t { kInsert, kUpdate, kDelete, kPauseTube };
+  enum class Kind : uint8_t {
+    kInsert,
+    kUpdate,   // every field but body, key and spec
+    kReplace,  // every field
+    kDelete,
+    kPauseTube,
+    kTopicSettings,
+    kPurgeDone,  // removes done jobs that finished before `before_ms`
+  };
   Kind kind = Kind::kInsert;
-  JobRecord job;           // kInsert: the whole job; kUpdate: all but the body
+  JobRecord job;           // kInsert, kUpdate, kReplace
   uint64_t id = 0;         // kDelete
-  std::string tube;        // kPauseTube
+  std::string tube;        // kPauseTube, kTopicSettings
   int64_t pause_ms = 0;    // kPauseTube: the pause length asked for
   int64_t unpause_ms = 0;  // kPauseTube: wall ms when the pause ends
+  std::string settings;    // kTopicSettings: stored form; empty removes them
+  int64_t before_ms = 0;   // kPurgeDone
 
   static Mutation Insert(JobRecord j) { return Of(Kind::kInsert, std::move(j)); }
   static Mutation Update(JobRecord j) { return Of(Kind::kUpdate, std::move(j)); }
+  static Mutation Replace(JobRecord j) { return Of(Kind::kReplace, std::move(j)); }
+  static Mutation TopicSettings(std::string tube, std::string settings) {
+    Mutation m;
+    m.kind = Kind::kTopicSettings;
+    m.tube = std::move(tube);
+    m.settings = std::move(settings);
+    return m;
+  }
+  static Mutation PurgeDone(int64_t before_ms) {
+    Mutation m;
+    m.kind = Kind::kPurgeDone;
+    m.before_ms = before_ms;
+    return m;
+  }
   static Mutation Of(Kind kind, JobRecord j) {
     Mutation m;
     m.kind = kind;
@@ -67,12 +91,29 @@ struct FarCount {
   uint64_t delayed = 0;
 };
 
+struct TubeSettings {
+  std::string tube;
+  std::string settings;  // stored form of engine::TopicSettings
+};
+
 // What recovery hands the engine: everything it must hold in memory.
 struct Recovered {
   std::vector<JobRecord> jobs;    // ready, buried, and delayed due through the horizon minute
   std::vector<FarCount> far;      // delayed jobs due after the horizon minute, per tube
   std::vector<TubePause> pauses;  // pauses not yet over
-  uint64_t next_id = 1;           // larger than every id ever handed out
+  std::vector<TubeSettings> settings;
+  uint64_t next_id = 1;  // larger than every id ever handed out
+};
+
+// A filtered page of jobs, in id order. Unset filters match everything.
+struct ListQuery {
+  std::optional<std::string> tube;
+  std::optional<StoredState> state;
+  std::string key_prefix;
+  std::optional<int64_t> due_after_ms;   // due_ms >= this
+  std::optional<int64_t> due_before_ms;  // due_ms < this
+  uint64_t after_id = 0;
+  size_t limit = 100;
 };
 
 // Stored job writes are counted for `stats` (binlog-records-written).
@@ -92,9 +133,15 @@ class Store {
 
   // Queues a mutation (thread-safe). `done` runs on the completion executor.
   virtual void Submit(Mutation m, Done done) = 0;
+  // Queues mutations that commit together or not at all, in one transaction.
+  virtual void SubmitAll(std::vector<Mutation> ms, Done done) = 0;
 
   // Synchronous reads, from the engine's thread only.
   virtual Result<std::optional<JobRecord>> Get(uint64_t id) = 0;
+  // The job (any state, done included) holding `key` in `tube`.
+  virtual Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
+                                                    const std::string& key) = 0;
+  virtual Result<std::vector<JobRecord>> List(const ListQuery& q) = 0;
   // Delayed jobs of one due minute with id > after_id, in id order.
   virtual Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
                                                     size_t limit) = 0;

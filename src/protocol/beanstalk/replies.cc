@@ -11,6 +11,7 @@ std::string_view StatusReply(const Status& s, std::string_view ok) {
     case StatusCode::kOk:
       return ok;
     case StatusCode::kNotFound:
+    case StatusCode::kConflict:  // beanstalkd: a job in the wrong state is not found
       return reply::kNotFound;
     case StatusCode::kUnavailable:
       return reply::kDraining;

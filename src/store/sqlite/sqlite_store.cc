@@ -45,9 +45,26 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 )sql";
 
+// Columns added after the first release (0.1.0); a database from then gets
+// them on open. NULL stands for "none", so plain jobs cost no bytes for them.
+constexpr const char* kAddedColumns[][2] = {
+    {"jobs", "key TEXT"},        {"jobs", "spec TEXT"},       {"jobs", "attempt_log TEXT"},
+    {"jobs", "last_error TEXT"}, {"jobs", "done_ms INTEGER"}, {"tubes", "settings TEXT"},
+};
+
+// Indexes over the added columns. Done jobs are purged in finish order, so
+// `jobs_done` grows at one front like `jobs_due`.
+constexpr const char* kIndexes = R"sql(
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_key ON jobs(tube, key) WHERE key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_done ON jobs(done_ms) WHERE state = 3;
+)sql";
+
 constexpr const char* kJobColumns =
     "id, tube, pri, state, due_ms, delay_ms, ttr_ms, created_ms, reserves, timeouts, releases, "
-    "buries, kicks, body";
+    "buries, kicks, body, key, spec, attempt_log, last_error, done_ms";
+
+// Done jobs removed per purge statement, so a purge never holds the writer long.
+constexpr int64_t kPurgeChunk = 20'000;
 
 Status SqlError(sqlite3* db, const char* what) {
   return Status::IoError(std::string(what) + ": " + sqlite3_errmsg(db));
@@ -87,6 +104,14 @@ class Stmt {
   void BindBlob(int i, const std::string& v) {
     sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
   }
+  // Binds text, or NULL when empty.
+  void BindOptional(int i, const std::string& v) {
+    if (v.empty()) {
+      sqlite3_bind_null(stmt_, i);
+    } else {
+      Bind(i, v);
+    }
+  }
   // Runs a statement that returns no rows.
   Status Run(const char* what) {
     int rc = sqlite3_step(stmt_);
@@ -118,6 +143,33 @@ void BindCounters(Stmt& st, int first, const JobCounters& c) {
   st.Bind(first + 4, c.kicks);
 }
 
+std::string ColumnText(sqlite3_stmt* s, int i) {
+  const unsigned char* text = sqlite3_column_text(s, i);
+  if (text == nullptr) return {};
+  return {reinterpret_cast<const char*>(text), static_cast<size_t>(sqlite3_column_bytes(s, i))};
+}
+
+// Binds the mutable fields of `j` in the order of kUpdateSet, from `first`.
+void BindMutable(Stmt& st, int first, const JobRecord& j) {
+  st.Bind(first, j.priority);
+  st.Bind(first + 1, static_cast<int64_t>(j.state));
+  st.Bind(first + 2, j.due_ms);
+  st.Bind(first + 3, DueMinute(j.due_ms));
+  st.Bind(first + 4, j.delay_ms);
+  st.Bind(first + 5, j.ttr_ms);
+  BindCounters(st, first + 6, j.counters);
+  st.BindOptional(first + 11, j.attempt_log);
+  st.BindOptional(first + 12, j.last_error);
+  if (j.state == StoredState::kDone) {
+    st.Bind(first + 13, j.done_ms);
+  } else {
+    sqlite3_bind_null(st.get(), first + 13);
+  }
+}
+constexpr const char* kUpdateSet =
+    "pri=?2, state=?3, due_ms=?4, due_min=?5, delay_ms=?6, ttr_ms=?7, reserves=?8, timeouts=?9, "
+    "releases=?10, buries=?11, kicks=?12, attempt_log=?13, last_error=?14, done_ms=?15";
+
 JobRecord ReadJob(sqlite3_stmt* s) {
   JobRecord j;
   j.id = static_cast<uint64_t>(sqlite3_column_int64(s, 0));
@@ -137,6 +189,11 @@ JobRecord ReadJob(sqlite3_stmt* s) {
   const void* body = sqlite3_column_blob(s, 13);
   j.body.assign(static_cast<const char*>(body ? body : ""),
                 static_cast<size_t>(sqlite3_column_bytes(s, 13)));
+  j.key = ColumnText(s, 14);
+  j.spec = ColumnText(s, 15);
+  j.attempt_log = ColumnText(s, 16);
+  j.last_error = ColumnText(s, 17);
+  j.done_ms = sqlite3_column_int64(s, 18);
   return j;
 }
 
@@ -177,27 +234,45 @@ Status OpenDb(const std::string& path, int cache_kib, sqlite3** db) {
 // The prepared statements of one connection.
 class SqliteStore::Statements {
  public:
-  Stmt insert, update, remove, pause, set_next_id;  // writer
-  Stmt get, load_minute, far_delayed;               // reader
+  Stmt insert, update, replace, remove, pause, settings, purge, set_next_id;  // writer
+  Stmt get, get_by_key, load_minute, far_delayed;                             // reader
 
   Status PrepareWriter(sqlite3* db) {
-    Status s = insert.Prepare(db, std::string("INSERT INTO jobs (") + kJobColumns +
-                                      ", due_min) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    Status s = insert.Prepare(
+        db,
+        "INSERT INTO jobs (id, tube, pri, state, due_ms, due_min, delay_ms, ttr_ms, reserves, "
+        "timeouts, releases, buries, kicks, attempt_log, last_error, done_ms, created_ms, "
+        "key, spec, body) VALUES (?1,?16,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
+        "?17,?18,?19,?20)");
     if (s.ok())
-      s = update.Prepare(
-          db,
-          "UPDATE jobs SET pri=?2, state=?3, due_ms=?4, due_min=?5, delay_ms=?6, "
-          "reserves=?7, timeouts=?8, releases=?9, buries=?10, kicks=?11 WHERE id=?1");
+      s = update.Prepare(db, std::string("UPDATE jobs SET ") + kUpdateSet + " WHERE id=?1");
+    if (s.ok())
+      s = replace.Prepare(db, std::string("UPDATE jobs SET ") + kUpdateSet +
+                                  ", key=?18, spec=?19, body=?20 WHERE id=?1");
     if (s.ok()) s = remove.Prepare(db, "DELETE FROM jobs WHERE id=?");
     if (s.ok())
       s = pause.Prepare(db,
-                        "INSERT OR REPLACE INTO tubes (name, pause_ms, unpause_ms) VALUES (?,?,?)");
+                        "INSERT INTO tubes (name, pause_ms, unpause_ms) VALUES (?,?,?) "
+                        "ON CONFLICT(name) DO UPDATE SET pause_ms=excluded.pause_ms, "
+                        "unpause_ms=excluded.unpause_ms");
+    if (s.ok())
+      s = settings.Prepare(db,
+                           "INSERT INTO tubes (name, pause_ms, unpause_ms, settings) "
+                           "VALUES (?1, 0, 0, ?2) ON CONFLICT(name) DO UPDATE SET settings=?2");
+    if (s.ok())
+      s = purge.Prepare(db,
+                        "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state=3 AND "
+                        "done_ms<? ORDER BY done_ms LIMIT " +
+                            std::to_string(kPurgeChunk) + ")");
     if (s.ok())
       s = set_next_id.Prepare(db, "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_id', ?)");
     return s;
   }
   Status PrepareReader(sqlite3* db) {
     Status s = get.Prepare(db, std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id=?");
+    if (s.ok())
+      s = get_by_key.Prepare(
+          db, std::string("SELECT ") + kJobColumns + " FROM jobs WHERE tube=? AND key=?");
     if (s.ok())
       s = load_minute.Prepare(db, std::string("SELECT ") + kJobColumns +
                                       " FROM jobs WHERE state=1 AND due_min=? AND id>? "
@@ -217,6 +292,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteOptions options, Ex
   std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(options), std::move(executor)));
   Status s = OpenDb(store->options_.path, store->options_.write_cache_kib, &store->write_db_);
   if (s.ok()) s = Exec(store->write_db_, kSchema);
+  if (s.ok()) s = store->AddMissingColumns();
+  if (s.ok()) s = Exec(store->write_db_, kIndexes);
   // A damaged file shows up here rather than at the first write.
   if (s.ok()) s = Exec(store->write_db_, "SELECT count(*) FROM meta");
   if (s.ok()) s = OpenDb(store->options_.path, store->options_.read_cache_kib, &store->read_db_);
@@ -238,13 +315,33 @@ SqliteStore::~SqliteStore() {
   sqlite3_close(read_db_);
 }
 
+Status SqliteStore::AddMissingColumns() {
+  for (const auto& [table, column] : kAddedColumns) {
+    std::string name(column, std::string_view(column).find(' '));
+    Stmt q;
+    Status s = q.Prepare(write_db_, std::string("SELECT 1 FROM pragma_table_info('") + table +
+                                        "') WHERE name='" + name + "'");
+    if (!s.ok()) return s;
+    bool present = false;
+    while (q.Step(&s)) present = true;
+    if (!s.ok()) return s;
+    if (!present) {
+      s = Exec(write_db_, (std::string("ALTER TABLE ") + table + " ADD COLUMN " + column).c_str());
+      if (!s.ok()) return s;
+    }
+  }
+  return Status::Ok();
+}
+
 Result<Recovered> SqliteStore::Recover(int64_t horizon_minute) {
   Recovered r;
   Status status;
   {
     Stmt q;
-    Status s = q.Prepare(read_db_, std::string("SELECT ") + kJobColumns +
-                                       " FROM jobs WHERE state<>1 OR due_min<=? ORDER BY id");
+    Status s =
+        q.Prepare(read_db_, std::string("SELECT ") + kJobColumns +
+                                " FROM jobs WHERE state IN (0, 2) OR (state=1 AND due_min<=?) "
+                                "ORDER BY id");
     if (!s.ok()) return s;
     q.Bind(1, horizon_minute);
     while (q.Step(&status)) r.jobs.push_back(ReadJob(q.get()));
@@ -264,11 +361,16 @@ Result<Recovered> SqliteStore::Recover(int64_t horizon_minute) {
   }
   {
     Stmt q;
-    Status s = q.Prepare(read_db_, "SELECT name, pause_ms, unpause_ms FROM tubes");
+    Status s = q.Prepare(read_db_, "SELECT name, pause_ms, unpause_ms, settings FROM tubes");
     if (!s.ok()) return s;
     while (q.Step(&status)) {
-      r.pauses.push_back({reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 0)),
-                          sqlite3_column_int64(q.get(), 1), sqlite3_column_int64(q.get(), 2)});
+      std::string name = ColumnText(q.get(), 0);
+      if (sqlite3_column_int64(q.get(), 1) > 0) {
+        r.pauses.push_back(
+            {name, sqlite3_column_int64(q.get(), 1), sqlite3_column_int64(q.get(), 2)});
+      }
+      std::string settings = ColumnText(q.get(), 3);
+      if (!settings.empty()) r.settings.push_back({name, std::move(settings)});
     }
     if (!status.ok()) return status;
   }
@@ -296,7 +398,25 @@ void SqliteStore::Submit(Mutation m, Done done) {
       executor_([done = std::move(done)] { done(Status::Unavailable("store closed")); });
       return;
     }
-    queue_.push_back({std::move(m), std::move(done)});
+    queue_.push_back({std::move(m), {}, std::move(done)});
+  }
+  cv_.notify_one();
+}
+
+void SqliteStore::SubmitAll(std::vector<Mutation> ms, Done done) {
+  if (ms.empty()) {
+    executor_([done = std::move(done)] { done(Status::Ok()); });
+    return;
+  }
+  Mutation first = std::move(ms.front());
+  ms.erase(ms.begin());
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      executor_([done = std::move(done)] { done(Status::Unavailable("store closed")); });
+      return;
+    }
+    queue_.push_back({std::move(first), std::move(ms), std::move(done)});
   }
   cv_.notify_one();
 }
@@ -336,51 +456,54 @@ void SqliteStore::WriterLoop() {
   }
 }
 
+Status SqliteStore::Apply(const Mutation& m, uint64_t* max_id) {
+  Statements& st = *write_stmts_;
+  const JobRecord& j = m.job;
+  switch (m.kind) {
+    case Mutation::Kind::kInsert:
+    case Mutation::Kind::kReplace: {
+      Stmt& q = m.kind == Mutation::Kind::kInsert ? st.insert : st.replace;
+      q.Bind(1, static_cast<int64_t>(j.id));
+      BindMutable(q, 2, j);
+      q.Bind(16, j.tube);
+      q.Bind(17, j.created_ms);
+      q.BindOptional(18, j.key);
+      q.BindOptional(19, j.spec);
+      q.BindBlob(20, j.body);
+      *max_id = std::max(*max_id, j.id);
+      return q.Run(m.kind == Mutation::Kind::kInsert ? "insert job" : "replace job");
+    }
+    case Mutation::Kind::kUpdate:
+      st.update.Bind(1, static_cast<int64_t>(j.id));
+      BindMutable(st.update, 2, j);
+      return st.update.Run("update job");
+    case Mutation::Kind::kDelete:
+      st.remove.Bind(1, static_cast<int64_t>(m.id));
+      return st.remove.Run("delete job");
+    case Mutation::Kind::kPauseTube:
+      st.pause.Bind(1, m.tube);
+      st.pause.Bind(2, m.pause_ms);
+      st.pause.Bind(3, m.unpause_ms);
+      return st.pause.Run("pause tube");
+    case Mutation::Kind::kTopicSettings:
+      st.settings.Bind(1, m.tube);
+      st.settings.BindOptional(2, m.settings);
+      return st.settings.Run("topic settings");
+    case Mutation::Kind::kPurgeDone:
+      st.purge.Bind(1, m.before_ms);
+      return st.purge.Run("purge done jobs");
+  }
+  return Status::Internal("unknown mutation");
+}
+
 Status SqliteStore::ApplyBatch(std::deque<Pending>& batch) {
   Statements& st = *write_stmts_;
   Status s = Exec(write_db_, "BEGIN IMMEDIATE");
   if (!s.ok()) return s;
   uint64_t max_id = 0;
   for (auto& p : batch) {
-    const Mutation& m = p.mutation;
-    const JobRecord& j = m.job;
-    switch (m.kind) {
-      case Mutation::Kind::kInsert:
-        st.insert.Bind(1, static_cast<int64_t>(j.id));
-        st.insert.Bind(2, j.tube);
-        st.insert.Bind(3, j.priority);
-        st.insert.Bind(4, static_cast<int64_t>(j.state));
-        st.insert.Bind(5, j.due_ms);
-        st.insert.Bind(6, j.delay_ms);
-        st.insert.Bind(7, j.ttr_ms);
-        st.insert.Bind(8, j.created_ms);
-        BindCounters(st.insert, 9, j.counters);
-        st.insert.BindBlob(14, j.body);
-        st.insert.Bind(15, DueMinute(j.due_ms));
-        s = st.insert.Run("insert job");
-        max_id = std::max(max_id, j.id);
-        break;
-      case Mutation::Kind::kUpdate:
-        st.update.Bind(1, static_cast<int64_t>(j.id));
-        st.update.Bind(2, j.priority);
-        st.update.Bind(3, static_cast<int64_t>(j.state));
-        st.update.Bind(4, j.due_ms);
-        st.update.Bind(5, DueMinute(j.due_ms));
-        st.update.Bind(6, j.delay_ms);
-        BindCounters(st.update, 7, j.counters);
-        s = st.update.Run("update job");
-        break;
-      case Mutation::Kind::kDelete:
-        st.remove.Bind(1, static_cast<int64_t>(m.id));
-        s = st.remove.Run("delete job");
-        break;
-      case Mutation::Kind::kPauseTube:
-        st.pause.Bind(1, m.tube);
-        st.pause.Bind(2, m.pause_ms);
-        st.pause.Bind(3, m.unpause_ms);
-        s = st.pause.Run("pause tube");
-        break;
-    }
+    s = Apply(p.mutation, &max_id);
+    for (size_t i = 0; s.ok() && i < p.more.size(); ++i) s = Apply(p.more[i], &max_id);
     if (!s.ok()) break;
   }
   // The id high-water mark survives even when the newest jobs are deleted, so
@@ -406,6 +529,39 @@ Result<std::optional<JobRecord>> SqliteStore::Get(uint64_t id) {
   while (q.Step(&status)) out = ReadJob(q.get());
   if (!status.ok()) return status;
   return out;
+}
+
+Result<std::optional<JobRecord>> SqliteStore::GetByKey(const std::string& tube,
+                                                       const std::string& key) {
+  Stmt& q = read_stmts_->get_by_key;
+  q.Bind(1, tube);
+  q.Bind(2, key);
+  Status status;
+  std::optional<JobRecord> out;
+  while (q.Step(&status)) out = ReadJob(q.get());
+  if (!status.ok()) return status;
+  return out;
+}
+
+Result<std::vector<JobRecord>> SqliteStore::List(const ListQuery& lq) {
+  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id>?1";
+  if (lq.tube) sql += " AND tube=?2";
+  if (lq.state) sql += " AND state=?3";
+  if (!lq.key_prefix.empty()) sql += " AND substr(key, 1, length(?4))=?4";
+  if (lq.due_after_ms) sql += " AND due_ms>=?5";
+  if (lq.due_before_ms) sql += " AND due_ms<?6";
+  sql += " ORDER BY id LIMIT ?7";
+  Stmt q;
+  Status s = q.Prepare(read_db_, sql);
+  if (!s.ok()) return s;
+  q.Bind(1, static_cast<int64_t>(lq.after_id));
+  if (lq.tube) q.Bind(2, *lq.tube);
+  if (lq.state) q.Bind(3, static_cast<int64_t>(*lq.state));
+  if (!lq.key_prefix.empty()) q.Bind(4, lq.key_prefix);
+  if (lq.due_after_ms) q.Bind(5, *lq.due_after_ms);
+  if (lq.due_before_ms) q.Bind(6, *lq.due_before_ms);
+  q.Bind(7, static_cast<int64_t>(lq.limit));
+  return ReadJobs(q);
 }
 
 Result<std::vector<JobRecord>> SqliteStore::LoadMinute(int64_t minute, uint64_t after_id,

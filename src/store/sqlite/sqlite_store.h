@@ -39,7 +39,11 @@ class SqliteStore final : public Store {
 
   Result<Recovered> Recover(int64_t horizon_minute) override;
   void Submit(Mutation m, Done done) override;
+  void SubmitAll(std::vector<Mutation> ms, Done done) override;
   Result<std::optional<JobRecord>> Get(uint64_t id) override;
+  Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
+                                            const std::string& key) override;
+  Result<std::vector<JobRecord>> List(const ListQuery& q) override;
   Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
                                             size_t limit) override;
   Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
@@ -49,14 +53,18 @@ class SqliteStore final : public Store {
 
  private:
   class Statements;
+  // One submission: a mutation, or several that commit together.
   struct Pending {
     Mutation mutation;
+    std::vector<Mutation> more;
     Done done;
   };
 
   SqliteStore(SqliteOptions options, Executor executor);
   void WriterLoop();
   Status ApplyBatch(std::deque<Pending>& batch);
+  Status Apply(const Mutation& m, uint64_t* max_id);
+  Status AddMissingColumns();
 
   SqliteOptions options_;
   Executor executor_;

@@ -1,0 +1,96 @@
+// Values the engine exchanges with the HTTP API and the dispatcher: jobs as
+// submitted, read, listed and patched, topics, and push leases.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/spec.h"
+#include "store/job_record.h"
+
+namespace delayd::engine {
+
+struct NewJob {
+  std::string key;  // empty: none
+  uint32_t priority = 1024;
+  std::optional<int64_t> run_at_ms;  // wall ms; else due after delay_ms
+  int64_t delay_ms = 0;
+  int64_t ttr_ms = 0;  // 0: the topic's, else EngineOptions::default_ttr_ms
+  std::string body;
+  JobSpec spec;  // without target or retry, the topic's defaults apply
+};
+
+struct Submitted {
+  uint64_t id = 0;
+  bool duplicate = false;  // the key was taken: `id` is the existing job
+};
+
+// A job as read: its stored fields as memory knows them, and its state
+// ("delayed", "ready", "reserved", "buried", "done").
+struct JobInfo {
+  store::JobRecord record;
+  const char* state = "";
+  uint32_t lease = 0;          // reserved: the reservation's number (its attempt)
+  int64_t lease_until_ms = 0;  // reserved: wall ms when it runs out
+  bool pushing = false;        // reserved by the dispatcher
+};
+
+// A change to a job that is not reserved. Unset fields stay as they are.
+struct JobPatch {
+  std::optional<uint32_t> priority;
+  std::optional<int64_t> due_ms;
+  std::optional<int64_t> ttr_ms;
+  std::optional<std::string> body;
+  std::optional<BodyEncoding> encoding;
+  std::optional<std::optional<Target>> target;  // set to nullopt: remove the target
+  std::optional<std::optional<RetryPolicy>> retry;
+};
+
+struct ListFilter {
+  std::optional<std::string> topic;
+  std::optional<std::string> state;  // one of JobInfo's states
+  std::string key_prefix;
+  std::optional<int64_t> due_after_ms;
+  std::optional<int64_t> due_before_ms;
+  uint64_t after_id = 0;  // the cursor
+  size_t limit = 100;
+};
+
+struct ListPage {
+  std::vector<JobInfo> jobs;
+  uint64_t next_cursor = 0;  // 0: no more
+};
+
+struct TopicInfo {
+  std::string name;
+  uint64_t ready = 0, delayed = 0, reserved = 0, buried = 0;
+  uint64_t total_jobs = 0;
+  bool paused = false;
+  int64_t pause_left_ms = 0;
+  int64_t oldest_ready_due_ms = 0;  // due time of the longest-waiting ready job; 0: none
+  std::shared_ptr<const TopicSettings> settings;
+};
+
+// A due push job handed to the dispatcher, reserved until it reports back.
+struct PushLease {
+  uint64_t id = 0;
+  uint32_t attempt = 0;  // 1 for the first delivery
+  std::string topic;
+  int64_t due_ms = 0;
+  int64_t created_ms = 0;
+  std::shared_ptr<const std::string> body;
+  std::shared_ptr<const JobSpec> spec;
+};
+
+struct Attempt {
+  int64_t started_ms = 0;
+  int64_t duration_ms = 0;
+  std::string outcome;  // "ok", "retry", "dead", "released", "buried", "finished"
+  int http_status = 0;  // 0: no response
+  std::string error;    // excerpt; empty on success
+};
+
+}  // namespace delayd::engine

@@ -1,0 +1,95 @@
+// The engine's side of push delivery: the dispatcher reserves due push jobs
+// through TakePush and reports each delivery through PushDone.
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+
+namespace delayd::engine {
+
+using store::JobRecord;
+using store::Mutation;
+
+std::optional<PushLease> Engine::TakePush(const std::string& topic) {
+  Tube* t = FindTube(topic);
+  if (t == nullptr || t->paused() || t->push_ready.empty()) return std::nullopt;
+  Job* j = *t->push_ready.begin();
+  Detach(j);
+  j->state = JobState::kReserved;
+  j->reserver = push_holder_;
+  ++t->reserved;
+  ++j->counters.reserves;
+  // The reservation outlives the request's own timeout, so it runs out only
+  // when the dispatcher is gone (it then returns to ready and is redelivered).
+  j->deadline_us = clock_.SteadyMicros() +
+                   (j->extra->spec->target->timeout_ms + options_.push_ttr_margin_ms) * 1000;
+  push_holder_->reserved.insert(j);
+  Schedule(j->timer, TickAtSteady(j->deadline_us));
+  PushLease lease;
+  lease.id = j->id;
+  lease.attempt = j->counters.reserves;
+  lease.topic = t->name;
+  lease.due_ms = j->due_ms;
+  lease.created_ms = j->created_ms;
+  lease.body = j->body;
+  lease.spec = j->extra->spec;
+  return lease;
+}
+
+void Engine::AppendAttempt(Job* j, const Attempt& a) {
+  if (!j->extra) j->extra = std::make_unique<JobExtra>();
+  nlohmann::json entry = {{"attempt", j->counters.reserves}, {"started_ms", a.started_ms},
+                          {"duration_ms", a.duration_ms},    {"outcome", a.outcome},
+                          {"http_status", a.http_status},    {"error", a.error}};
+  std::string& log = j->extra->attempt_log;
+  nlohmann::json all =
+      log.empty() ? nlohmann::json::array() : nlohmann::json::parse(log, nullptr, false);
+  if (!all.is_array()) all = nlohmann::json::array();
+  all.push_back(std::move(entry));
+  if (all.size() > options_.attempt_log_size) {
+    all.erase(all.begin(),
+              all.begin() + static_cast<std::ptrdiff_t>(all.size() - options_.attempt_log_size));
+  }
+  log = all.dump();
+  if (!a.error.empty()) j->extra->last_error = a.error;
+}
+
+void Engine::PushDone(uint64_t id, uint32_t attempt, const Attempt& a, bool success, bool dead,
+                      int64_t retry_delay_ms, Done done) {
+  Job* j = FindLive(id);
+  if (j == nullptr || j->state != JobState::kReserved || j->reserver != push_holder_ ||
+      j->counters.reserves != attempt) {
+    return done(Status::Conflict("the delivery's reservation ran out"));
+  }
+  Detach(j);
+  AppendAttempt(j, a);
+  if (success) {
+    ++j->tube->deletes;
+    return Finish(j, std::move(done));
+  }
+  if (dead) {
+    ++j->counters.buries;
+    j->bury_seq = ++bury_seq_;
+    j->state = JobState::kBuried;
+    j->tube->buried.insert(j);
+  } else {
+    ++j->counters.releases;
+    j->delay_ms = retry_delay_ms;
+    j->due_ms = DueFromNow(retry_delay_ms);
+    if (retry_delay_ms > 0) {
+      MakeDelayed(j);
+    } else {
+      MakeReady(j);
+    }
+  }
+  Write(j, Mutation::Update(Record(*j)), std::move(done));
+}
+
+std::vector<std::string> Engine::PushReadyTopics() const {
+  std::vector<std::string> out;
+  for (auto& t : tubes_) {
+    if (!t->push_ready.empty() && !t->paused()) out.push_back(t->name);
+  }
+  return out;
+}
+
+}  // namespace delayd::engine

@@ -1,0 +1,61 @@
+// What a job carries besides beanstalkd's fields: its push target and retry
+// policy, and a topic's settings. Plain values; JSON forms in spec_json.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace delayd::engine {
+
+// Where a push job is delivered.
+struct Target {
+  std::string url;  // http:// or https://
+  std::string method = "POST";
+  std::vector<std::pair<std::string, std::string>> headers;
+  int64_t timeout_ms = 10'000;  // the whole request, connect to last byte
+};
+
+struct RetryPolicy {
+  uint32_t max_attempts = 10;  // deliveries in all, the first included
+  int64_t initial_backoff_ms = 1000;
+  int64_t max_backoff_ms = 600'000;
+  double multiplier = 2.0;
+  bool jitter = true;      // each backoff is drawn from [backoff/2, backoff]
+  bool retry_4xx = false;  // retry 4xx other than 408 and 429 instead of dead-lettering
+  int64_t max_age_ms = 0;  // no retry once this long past the first due time; 0: no limit
+};
+
+// How the body was given, so it reads back the same way.
+enum class BodyEncoding : uint8_t { kRaw, kJson, kBase64 };
+
+// A job's own settings. Immutable once shared; a change makes a new one.
+struct JobSpec {
+  std::optional<Target> target;  // set: a push job
+  std::optional<RetryPolicy> retry;
+  BodyEncoding encoding = BodyEncoding::kRaw;
+};
+
+struct AlertRule {
+  std::string webhook;
+  bool on_dead_letter = true;
+  uint32_t consecutive_failures = 0;  // 0: no alert on failure streaks
+  int64_t min_interval_s = 300;
+};
+
+// A topic's settings. Defaults for target, retry and ttr apply when a job is
+// submitted (over either protocol) without its own.
+struct TopicSettings {
+  std::optional<Target> target;
+  std::optional<RetryPolicy> retry;
+  int64_t ttr_ms = 0;  // 0: the submitter's or the server default
+  std::string signing_secret;
+  double rate_limit_per_s = 0;   // 0: unlimited
+  uint32_t max_concurrency = 0;  // 0: unlimited
+  std::optional<AlertRule> alert;
+};
+
+}  // namespace delayd::engine
