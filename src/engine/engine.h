@@ -34,6 +34,10 @@
 
 namespace delayd::engine {
 
+// The longest pause, and the one a pause without an end gets: beanstalkd's
+// largest delay, 2^32-1 s.
+constexpr int64_t kPauseForeverMs = 4'294'967'295'000LL;
+
 struct EngineOptions {
   // Delayed jobs due within this many ms are kept in memory. At least a
   // minute's worth is always loaded, since the store indexes by due minute.
@@ -160,6 +164,10 @@ class Engine {
   // or buried as a dead letter when `dead`.
   void PushDone(uint64_t id, uint32_t attempt, const Attempt& a, bool success, bool dead,
                 int64_t retry_delay_ms, Done done);
+  std::shared_ptr<const TopicSettings> SettingsOf(const std::string& topic) const {
+    Tube* t = FindTube(topic);
+    return t != nullptr ? t->settings : nullptr;
+  }
   // Topics that have push jobs ready now.
   std::vector<std::string> PushReadyTopics() const;
 

@@ -23,8 +23,10 @@ Status LoadToml(const std::string& path, Config& config) {
   } catch (const toml::parse_error& e) {
     return Status::InvalidArgument(path + ": " + std::string(e.description()));
   }
-  static const std::set<std::string> kKnown = {"data-dir",        "beanstalk",  "max-job-size",
-                                               "max-connections", "horizon-ms", "log-level"};
+  static const std::set<std::string> kKnown = {
+      "data-dir",          "beanstalk",     "max-job-size", "max-connections", "horizon-ms",
+      "log-level",         "http",          "api-token",    "max-batch",       "max-request-bytes",
+      "done-retention-ms", "max-deliveries"};
   for (auto& [key, value] : t) {
     if (!kKnown.count(std::string(key.str()))) {
       return Status::InvalidArgument(path + ": unknown key '" + std::string(key.str()) + "'");
@@ -61,6 +63,16 @@ Status LoadToml(const std::string& path, Config& config) {
   if (Status s = integer("max-job-size", config.max_job_size, 0); !s.ok()) return s;
   if (Status s = integer("max-connections", config.max_connections, 1); !s.ok()) return s;
   if (Status s = integer("horizon-ms", config.horizon_ms, 1000); !s.ok()) return s;
+  if (Status s = integer("max-batch", config.max_batch, 1); !s.ok()) return s;
+  if (Status s = integer("max-request-bytes", config.max_request_bytes, 1024); !s.ok()) return s;
+  if (Status s = integer("done-retention-ms", config.done_retention_ms, 0); !s.ok()) return s;
+  if (Status s = integer("max-deliveries", config.max_deliveries, 1); !s.ok()) return s;
+  for (auto [key, out] : {std::pair{"http", &config.http}, {"api-token", &config.api_token}}) {
+    if (auto n = t[key]; n) {
+      if (!n.is_string()) return type_error(key, "a string");
+      *out = *n.value<std::string>();
+    }
+  }
   if (auto n = t["log-level"]; n) {
     if (!n.is_string() || !ValidLogLevel(*n.value<std::string>())) {
       return type_error("log-level", "one of trace, debug, info, warn, error, off");
@@ -75,7 +87,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   Config& c = out.config;
   CLI::App app{
       "delayd: a durable delayed-job and timer service.\n"
-      "Speaks the beanstalkd 1.12 protocol; keeps every job in an embedded store\n"
+      "Speaks the beanstalkd 1.12 protocol and an HTTP/JSON API, delivers push jobs\n"
+      "to their HTTP targets with retries, keeps every job in an embedded store\n"
       "(SQLite in --data-dir) and answers a write only after it is on disk."};
   app.set_version_flag("--version,-v", std::string("delayd ") + kVersion);
 
@@ -101,6 +114,23 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--horizon-ms", c.horizon_ms,
                  "Delayed jobs due within this many ms are held in memory (default 60000)")
       ->check(CLI::Range(int64_t{1000}, int64_t{86'400'000}));
+  app.add_option("--http", c.http,
+                 "Serve the HTTP API on HOST:PORT; port 0 picks a free port; \"off\" disables it "
+                 "(default 127.0.0.1:8080)");
+  app.add_option("--api-token", c.api_token,
+                 "Require \"Authorization: Bearer TOKEN\" on every /v1 route (default: none)");
+  app.add_option("--max-batch", c.max_batch, "Most jobs in one HTTP submission (default 1000)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100'000}));
+  app.add_option("--max-request-bytes", c.max_request_bytes,
+                 "Largest HTTP request body in bytes (default 16777216)")
+      ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30));
+  app.add_option("--done-retention-ms", c.done_retention_ms,
+                 "How long finished jobs with a key, target or attempts stay readable as done "
+                 "and keep their key taken (default 3600000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86'400'000));
+  app.add_option("--max-deliveries", c.max_deliveries,
+                 "Most push deliveries in flight at once (default 4096)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1'000'000}));
   app.add_option("--log-level", c.log_level,
                  "trace, debug, info, warn, error or off (default info)")
       ->check(CLI::IsMember(kLogLevels));
@@ -141,6 +171,12 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--max-connections")) c.max_connections = file.max_connections;
     if (!given("--horizon-ms")) c.horizon_ms = file.horizon_ms;
     if (!given("--log-level")) c.log_level = file.log_level;
+    if (!given("--http")) c.http = file.http;
+    if (!given("--api-token")) c.api_token = file.api_token;
+    if (!given("--max-batch")) c.max_batch = file.max_batch;
+    if (!given("--max-request-bytes")) c.max_request_bytes = file.max_request_bytes;
+    if (!given("--done-retention-ms")) c.done_retention_ms = file.done_retention_ms;
+    if (!given("--max-deliveries")) c.max_deliveries = file.max_deliveries;
     c.beanstalk = file.beanstalk;
   }
   if (!beanstalk.empty()) c.beanstalk = beanstalk;

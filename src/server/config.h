@@ -18,6 +18,12 @@ struct Config {
   uint64_t max_connections = 10000;
   int64_t horizon_ms = 60'000;
   std::string log_level = "info";
+  std::string http = "127.0.0.1:8080";  // "off": no HTTP API
+  std::string api_token;                // non-empty: /v1 routes need it as a bearer token
+  uint64_t max_batch = 1000;            // jobs per HTTP submission
+  uint64_t max_request_bytes = 16 << 20;
+  int64_t done_retention_ms = 3'600'000;
+  uint64_t max_deliveries = 4096;  // push deliveries in flight at once
 };
 
 // The outcome of reading the command line: run with `config`, or exit with

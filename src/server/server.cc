@@ -27,7 +27,8 @@ Server::Server(Config config)
     : config_(std::move(config)),
       signals_(io_, SIGINT, SIGTERM, SIGUSR1),
       engine_timer_(io_),
-      shutdown_timer_(io_) {}
+      shutdown_timer_(io_),
+      purge_timer_(io_) {}
 
 Server::~Server() {
   // Everything is flushed by now; a second stop signal (an impatient
@@ -36,6 +37,11 @@ Server::~Server() {
   signals_.clear();
   std::signal(SIGTERM, SIG_IGN);
   std::signal(SIGINT, SIG_IGN);
+  http_server_.reset();
+  api_.reset();
+  if (http_client_) http_client_->Stop();  // no completions after this
+  dispatcher_.reset();
+  http_client_.reset();
   listener_.reset();
   if (store_) store_->Close();
   io_.restart();
@@ -74,6 +80,7 @@ Status Server::Start() {
 
   engine::EngineOptions eo;
   eo.horizon_ms = config_.horizon_ms;
+  eo.done_retention_ms = config_.done_retention_ms;
   engine_ =
       std::make_unique<engine::Engine>(*store_, clock_, eo, [this](int64_t at) { ArmTimer(at); });
   if (Status s = engine_->Recover(); !s.ok()) return s;
@@ -104,6 +111,29 @@ Status Server::Start() {
     if (!bound.ok()) return bound.status();
     addresses += " beanstalk=" + bound.value();
   }
+  http_client_ = std::make_unique<delivery::HttpClient>(
+      [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
+  dispatcher_ = std::make_unique<delivery::Dispatcher>(
+      io_, *engine_, *http_client_, clock_,
+      delivery::DispatcherOptions{.max_in_flight = config_.max_deliveries});
+  dispatcher_->Start();
+  if (config_.http != "off") {
+    http::ApiOptions ao;
+    ao.token = config_.api_token;
+    ao.max_batch = config_.max_batch;
+    ao.limits.max_body_bytes = config_.max_job_size;
+    ao.version = kVersion;
+    api_ = std::make_unique<http::Api>(io_, *engine_, clock_, dispatcher_.get(), nullptr,
+                                       std::move(ao));
+    http::ServerOptions so;
+    so.max_body_bytes = config_.max_request_bytes;
+    so.max_connections = config_.max_connections;
+    http_server_ = std::make_unique<http::Server>(io_, *api_, so);
+    auto bound = http_server_->Listen(config_.http);
+    if (!bound.ok()) return bound.status();
+    addresses += " http=" + bound.value();
+  }
+  SchedulePurge();
   spdlog::info("delayd {} listening{} data-dir={}", kVersion, addresses, config_.data_dir);
   signals_.async_wait([this](boost::system::error_code ec, int signo) {
     if (!ec) OnSignal(signo);
@@ -119,6 +149,16 @@ void Server::ArmTimer(int64_t steady_us) {
     if (ec) return;  // re-armed earlier, or stopping
     armed_us_ = -1;
     engine_->Tick();
+  });
+}
+
+void Server::SchedulePurge() {
+  // Done jobs past their retention leave the store in the background.
+  purge_timer_.expires_after(std::chrono::seconds(10));
+  purge_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || stopping_) return;
+    engine_->PurgeDone();
+    SchedulePurge();
   });
 }
 
@@ -140,6 +180,9 @@ void Server::Shutdown() {
   if (stopping_) return;
   stopping_ = true;
   listener_->StopAccepting();
+  if (http_server_) http_server_->StopAccepting();
+  dispatcher_->Stop();
+  purge_timer_.cancel();
   // New puts on open connections now get DRAINING; let replies already
   // owed (waiting for the store) go out, for up to 5 seconds.
   engine_->SetDraining(true);
@@ -154,6 +197,7 @@ void Server::WaitForQuiet(int attempts_left) {
     return;
   }
   listener_->CloseAll();
+  if (http_server_) http_server_->CloseAll();
   store_->Close();
   engine_timer_.cancel();
   signals_.cancel();

@@ -8,7 +8,11 @@
 #include <memory>
 
 #include "common/clock.h"
+#include "delivery/dispatcher.h"
+#include "delivery/http_client.h"
 #include "engine/engine.h"
+#include "http/api.h"
+#include "http/server.h"
 #include "protocol/beanstalk/listener.h"
 #include "server/config.h"
 #include "store/sqlite/sqlite_store.h"
@@ -32,6 +36,7 @@ class Server {
   void OnSignal(int signo);
   void Shutdown();
   void WaitForQuiet(int attempts_left);
+  void SchedulePurge();
 
   Config config_;
   SystemClock clock_;
@@ -45,6 +50,11 @@ class Server {
   beanstalk::ServerCounters counters_;
   beanstalk::ProcessInfo process_;
   std::unique_ptr<beanstalk::Listener> listener_;
+  std::unique_ptr<delivery::HttpClient> http_client_;
+  std::unique_ptr<delivery::Dispatcher> dispatcher_;
+  std::unique_ptr<http::Api> api_;
+  std::unique_ptr<http::Server> http_server_;
+  boost::asio::steady_timer purge_timer_;
   bool stopping_ = false;
 };
 

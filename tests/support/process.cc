@@ -97,19 +97,21 @@ DelaydServer::~DelaydServer() {
 }
 
 void DelaydServer::Launch() {
-  std::vector<std::string> argv = {DELAYD_BIN, "--data-dir", data_dir_, "--beanstalk",
-                                   "127.0.0.1:0"};
+  std::vector<std::string> argv = {DELAYD_BIN,    "--data-dir", data_dir_,    "--beanstalk",
+                                   "127.0.0.1:0", "--http",     "127.0.0.1:0"};
   argv.insert(argv.end(), extra_.begin(), extra_.end());
   const size_t log_start = ReadFile(log_path_).size();
   process_.Start(argv, log_path_);
   ++starts_;
-  static const std::regex kListening(R"(listening.* beanstalk=127\.0\.0\.1:(\d+))");
+  static const std::regex kListening(
+      R"(listening.* beanstalk=127\.0\.0\.1:(\d+).* http=127\.0\.0\.1:(\d+))");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     std::string text = ReadFile(log_path_).substr(log_start);
     std::smatch m;
     if (std::regex_search(text, m, kListening)) {
       port_ = std::stoi(m[1]);
+      http_port_ = std::stoi(m[2]);
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

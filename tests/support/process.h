@@ -40,14 +40,16 @@ std::string MakeTempDir(const std::string& prefix);
 // delayd started on ephemeral ports with its own data dir.
 class DelaydServer {
  public:
-  // Starts delayd with `--data-dir dir --beanstalk 127.0.0.1:0` plus `extra`,
-  // and waits (10 s at most) for the line naming its port.
+  // Starts delayd with `--data-dir dir --beanstalk 127.0.0.1:0 --http
+  // 127.0.0.1:0` plus `extra`, and waits (10 s at most) for the line naming
+  // its ports.
   explicit DelaydServer(std::string data_dir, std::vector<std::string> extra = {});
   ~DelaydServer();
   void Restart();
   int Kill9();      // crash: SIGKILL
   int Terminate();  // SIGTERM; returns the wait status
   int port() const { return port_; }
+  int http_port() const { return http_port_; }
   pid_t pid() const { return process_.pid(); }
   const std::string& data_dir() const { return data_dir_; }
   std::string log() const { return ReadFile(log_path_); }
@@ -59,6 +61,7 @@ class DelaydServer {
   std::string log_path_;
   Process process_;
   int port_ = 0;
+  int http_port_ = 0;
   int starts_ = 0;
 };
 

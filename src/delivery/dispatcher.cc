@@ -1,0 +1,255 @@
+#include "delivery/dispatcher.h"
+
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "common/time_format.h"
+#include "delivery/retry_policy.h"
+
+namespace delayd::delivery {
+
+namespace {
+// Without a topic's own cap, one topic may hold at most this share of the
+// deliveries in flight, so a hanging target cannot take every slot.
+constexpr double kDefaultTopicShare = 0.25;
+}  // namespace
+
+std::string Signature(const std::string& secret, int64_t unix_s, const std::string& body) {
+  std::string message = std::to_string(unix_s) + "." + body;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
+  std::string out = fmt::format("t={},v1=", unix_s);
+  for (unsigned int i = 0; i < len; ++i) out += fmt::format("{:02x}", mac[i]);
+  return out;
+}
+
+Dispatcher::Dispatcher(boost::asio::io_context& io, engine::Engine& engine, HttpClient& client,
+                       const Clock& clock, DispatcherOptions options)
+    : io_(io),
+      engine_(engine),
+      client_(client),
+      clock_(clock),
+      options_(options),
+      rate_timer_(io) {}
+
+void Dispatcher::Start() {
+  engine_.SetPushListener([this](const std::string& topic) { OnReady(topic); });
+  for (const std::string& t : engine_.PushReadyTopics()) OnReady(t);
+}
+
+uint64_t Dispatcher::in_flight(const std::string& topic) const {
+  auto it = topics_.find(topic);
+  return it == topics_.end() ? 0 : it->second.in_flight;
+}
+
+void Dispatcher::OnReady(const std::string& topic) {
+  runnable_.insert(topic);
+  SchedulePump();
+}
+
+void Dispatcher::SchedulePump() {
+  // Called from inside engine calls: pump on the next turn of the loop,
+  // once for everything that became ready meanwhile.
+  if (pump_posted_ || stopped_) return;
+  pump_posted_ = true;
+  boost::asio::post(io_, [this] {
+    pump_posted_ = false;
+    Pump();
+  });
+}
+
+void Dispatcher::Pump() {
+  if (stopped_) return;
+  int64_t next_us = 0;
+  // One job per topic per pass, so topics share the global cap fairly.
+  std::vector<std::string> pass(runnable_.begin(), runnable_.end());
+  while (!pass.empty() && stats_.in_flight < options_.max_in_flight) {
+    std::vector<std::string> again;
+    for (const std::string& topic : pass) {
+      if (stats_.in_flight >= options_.max_in_flight) break;
+      if (PumpTopic(topic, topics_[topic])) again.push_back(topic);
+    }
+    pass.swap(again);
+  }
+  // Rate-limited topics: wake when the soonest gets its next token.
+  for (const std::string& topic : runnable_) {
+    TopicState& ts = topics_[topic];
+    if (ts.rate > 0 && ts.tokens < 1) {
+      int64_t at = ts.refilled_us + static_cast<int64_t>((1 - ts.tokens) / ts.rate * 1e6) + 1;
+      if (next_us == 0 || at < next_us) next_us = at;
+    }
+  }
+  if (next_us != 0 && (rate_timer_at_us_ == 0 || next_us < rate_timer_at_us_)) {
+    rate_timer_at_us_ = next_us;
+    rate_timer_.expires_after(
+        std::chrono::microseconds(std::max<int64_t>(0, next_us - clock_.SteadyMicros())));
+    rate_timer_.async_wait([this](const boost::system::error_code& ec) {
+      rate_timer_at_us_ = 0;
+      if (!ec) Pump();
+    });
+  }
+}
+
+// Dispatches at most one job of `topic`. Returns whether it did; when the
+// topic has nothing ready, it is no longer runnable.
+bool Dispatcher::PumpTopic(const std::string& topic, TopicState& ts) {
+  std::shared_ptr<const engine::TopicSettings> settings = engine_.SettingsOf(topic);
+  const uint32_t cap = settings && settings->max_concurrency > 0
+                           ? settings->max_concurrency
+                           : std::max<uint32_t>(1, static_cast<uint32_t>(options_.max_in_flight *
+                                                                         kDefaultTopicShare));
+  if (ts.in_flight >= cap) return false;
+  const double rate = settings ? settings->rate_limit_per_s : 0;
+  if (rate > 0) {
+    // Token bucket holding up to 20 ms of tokens (at least 2), so a late
+    // wake-up of the timer loses no tokens yet bursts stay small.
+    const int64_t now_us = clock_.SteadyMicros();
+    const double capacity = std::max(2.0, rate * 0.02);
+    if (ts.rate != rate) {
+      ts.rate = rate;
+      ts.tokens = std::min(ts.tokens, capacity);
+      if (ts.refilled_us == 0) ts.tokens = 1;
+      ts.refilled_us = now_us;
+    }
+    ts.tokens = std::min(capacity, ts.tokens + (now_us - ts.refilled_us) / 1e6 * rate);
+    ts.refilled_us = now_us;
+    if (ts.tokens < 1) return false;
+  } else {
+    ts.rate = 0;
+  }
+  std::optional<engine::PushLease> lease = engine_.TakePush(topic);
+  if (!lease) {
+    runnable_.erase(topic);
+    return false;
+  }
+  if (rate > 0) ts.tokens -= 1;
+  Deliver(std::move(*lease), settings.get());
+  return true;
+}
+
+void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* settings) {
+  const engine::Target& target = *lease.spec->target;
+  OutRequest req;
+  req.method = target.method;
+  req.url = target.url;
+  req.timeout_ms = target.timeout_ms;
+  req.headers.push_back(lease.spec->encoding == engine::BodyEncoding::kJson
+                            ? "Content-Type: application/json"
+                            : "Content-Type: application/octet-stream");
+  for (const auto& [k, v] : target.headers) req.headers.push_back(k + ": " + v);
+  req.headers.push_back("Delayd-Job-Id: " + std::to_string(lease.id));
+  req.headers.push_back("Delayd-Topic: " + lease.topic);
+  req.headers.push_back("Delayd-Attempt: " + std::to_string(lease.attempt));
+  req.headers.push_back("Delayd-Due-At: " + FormatRfc3339Ms(lease.due_ms));
+  if (req.method != "GET") req.body = *lease.body;
+  if (settings != nullptr && !settings->signing_secret.empty()) {
+    req.headers.push_back("Delayd-Signature: " + Signature(settings->signing_secret,
+                                                           clock_.WallMillis() / 1000, req.body));
+  }
+  ++stats_.in_flight;
+  ++topics_[lease.topic].in_flight;
+  const int64_t started_ms = clock_.WallMillis();
+  client_.Send(std::move(req), [this, lease = std::move(lease), started_ms](OutResult r) {
+    OnResult(lease, started_ms, std::move(r));
+  });
+}
+
+void Dispatcher::OnResult(const engine::PushLease& lease, int64_t started_ms, OutResult r) {
+  --stats_.in_flight;
+  TopicState& ts = topics_[lease.topic];
+  --ts.in_flight;
+  const engine::RetryPolicy policy = lease.spec->retry.value_or(engine::RetryPolicy{});
+  const int64_t now_ms = clock_.WallMillis();
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  Decision d = Decide(policy, r, lease.attempt, now_ms, lease.created_ms, uniform(rng_));
+  engine::Attempt a;
+  a.started_ms = started_ms;
+  a.duration_ms = r.duration_ms;
+  a.http_status = r.status;
+  a.error = r.timed_out ? "timed out after " + std::to_string(r.duration_ms) + " ms: " + r.error
+                        : r.error;
+  if (a.error.size() > 300) a.error.resize(300);
+  switch (d.kind) {
+    case Decision::Kind::kSuccess:
+      a.outcome = "ok";
+      ++stats_.delivered;
+      ts.consecutive_failures = 0;
+      break;
+    case Decision::Kind::kRetry:
+      a.outcome = "retry";
+      ++stats_.failed;
+      ++ts.consecutive_failures;
+      break;
+    case Decision::Kind::kDead:
+      a.outcome = "dead";
+      a.error += a.error.empty() ? d.reason : " (" + d.reason + ")";
+      ++stats_.failed;
+      ++stats_.dead_letters;
+      ++ts.consecutive_failures;
+      break;
+  }
+  const bool success = d.kind == Decision::Kind::kSuccess;
+  const bool dead = d.kind == Decision::Kind::kDead;
+  engine_.PushDone(lease.id, lease.attempt, a, success, dead, d.delay_ms,
+                   [id = lease.id](const Status& s) {
+                     if (!s.ok() && s.code() != StatusCode::kConflict) {
+                       spdlog::error("delivery: recording job {}: {}", id, s.ToString());
+                     }
+                   });
+  if (!success) {
+    auto settings = engine_.SettingsOf(lease.topic);
+    if (settings && settings->alert) {
+      const engine::AlertRule& rule = *settings->alert;
+      if (dead && rule.on_dead_letter) {
+        MaybeAlert(lease.topic, ts, "dead_letter", lease.id, a.error);
+      } else if (rule.consecutive_failures > 0 &&
+                 ts.consecutive_failures >= rule.consecutive_failures) {
+        MaybeAlert(lease.topic, ts, "consecutive_failures", lease.id, a.error);
+      }
+    }
+  }
+  OnReady(lease.topic);
+}
+
+void Dispatcher::MaybeAlert(const std::string& topic, TopicState& ts, const char* event,
+                            uint64_t job_id, const std::string& error) {
+  auto settings = engine_.SettingsOf(topic);
+  const engine::AlertRule& rule = *settings->alert;
+  const int64_t now_ms = clock_.WallMillis();
+  if (ts.last_alert_ms >= 0 && now_ms - ts.last_alert_ms < rule.min_interval_s * 1000) {
+    ++stats_.alerts_suppressed;
+    return;
+  }
+  ts.last_alert_ms = now_ms;
+  ++stats_.alerts_sent;
+  auto info = engine_.Topic(topic);
+  nlohmann::json body = {{"event", event},
+                         {"topic", topic},
+                         {"job_id", job_id},
+                         {"consecutive_failures", ts.consecutive_failures},
+                         {"dead_letters", info.ok() ? info->buried : 0},
+                         {"ready", info.ok() ? info->ready : 0},
+                         {"last_error", error},
+                         {"at", FormatRfc3339Ms(now_ms)}};
+  OutRequest req;
+  req.url = rule.webhook;
+  req.headers.push_back("Content-Type: application/json");
+  req.body = body.dump();
+  req.timeout_ms = 10'000;
+  client_.Send(std::move(req), [topic](OutResult r) {
+    if (r.status < 200 || r.status >= 300) {
+      spdlog::warn("alert webhook of topic {} failed: {}", topic, r.error);
+    }
+  });
+}
+
+}  // namespace delayd::delivery

@@ -1,0 +1,91 @@
+// Dispatcher: the internal consumer of due push jobs. It takes ready push
+// jobs from the engine topic by topic, within each topic's rate limit and
+// concurrency cap, delivers them through the HttpClient, and reports each
+// outcome (done, retry after a backoff, or dead letter), raising the topic's
+// alert when its rule says so.
+//
+// A slow or dead target only holds its own topic's deliveries in flight;
+// other topics keep their own tokens and slots.
+//
+// Threading: event loop thread only (the engine's).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "delivery/http_client.h"
+#include "engine/engine.h"
+
+namespace delayd::delivery {
+
+struct DispatcherOptions {
+  size_t max_in_flight = 4096;  // deliveries at once, all topics together
+};
+
+struct DispatcherStats {
+  uint64_t delivered = 0;     // 2xx
+  uint64_t failed = 0;        // attempts that did not succeed
+  uint64_t dead_letters = 0;  // jobs given up on
+  uint64_t alerts_sent = 0;
+  uint64_t alerts_suppressed = 0;  // within a rule's min interval
+  uint64_t in_flight = 0;
+};
+
+class Dispatcher {
+ public:
+  // All references must outlive the dispatcher.
+  Dispatcher(boost::asio::io_context& io, engine::Engine& engine, HttpClient& client,
+             const Clock& clock, DispatcherOptions options);
+
+  // Starts taking due push jobs, including those ready at recovery.
+  void Start();
+  // Takes no more jobs; deliveries in flight still report back.
+  void Stop() { stopped_ = true; }
+
+  DispatcherStats stats() const { return stats_; }
+  uint64_t in_flight(const std::string& topic) const;
+
+ private:
+  struct TopicState {
+    double tokens = 0;
+    int64_t refilled_us = 0;  // steady us of the last refill
+    double rate = 0;          // tokens per second the bucket was last refilled at
+    uint32_t in_flight = 0;
+    uint32_t consecutive_failures = 0;
+    int64_t last_alert_ms = -1;
+  };
+
+  void OnReady(const std::string& topic);
+  void SchedulePump();
+  void Pump();
+  bool PumpTopic(const std::string& topic, TopicState& ts);
+  void Deliver(engine::PushLease lease, const engine::TopicSettings* settings);
+  void OnResult(const engine::PushLease& lease, int64_t started_ms, OutResult r);
+  void MaybeAlert(const std::string& topic, TopicState& ts, const char* event, uint64_t job_id,
+                  const std::string& error);
+
+  boost::asio::io_context& io_;
+  engine::Engine& engine_;
+  HttpClient& client_;
+  const Clock& clock_;
+  DispatcherOptions options_;
+  std::unordered_map<std::string, TopicState> topics_;
+  std::set<std::string> runnable_;  // topics that may have push jobs ready
+  bool pump_posted_ = false;
+  bool stopped_ = false;
+  boost::asio::steady_timer rate_timer_;
+  int64_t rate_timer_at_us_ = 0;
+  std::mt19937_64 rng_{std::random_device{}()};
+  DispatcherStats stats_;
+};
+
+// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>".
+std::string Signature(const std::string& secret, int64_t unix_s, const std::string& body);
+
+}  // namespace delayd::delivery

@@ -1,0 +1,753 @@
+#include "http/api.h"
+
+#include <boost/asio/post.hpp>
+#include <charconv>
+
+#include "common/time_format.h"
+#include "delivery/dispatcher.h"
+#include "engine/spec_json.h"
+
+namespace delayd::http {
+
+using nlohmann::json;
+
+namespace {
+
+enum RouteId : size_t {
+  kHealth,
+  kOpenApi,
+  kStats,
+  kSubmit,
+  kByKey,
+  kReserve,
+  kTopics,
+  kGetTopic,
+  kPutTopic,
+  kPause,
+  kResume,
+  kList,
+  kGetJob,
+  kPatchJob,
+  kDeleteJob,
+  kRunNow,
+  kKick,
+  kRetry,
+  kFinish,
+  kRelease,
+  kBury,
+  kTouch,
+  kAttempts,
+};
+
+const std::vector<RouteSpec> kRoutes = {
+    {"GET", "/healthz"},
+    {"GET", "/v1/openapi.json"},
+    {"GET", "/v1/stats"},
+    {"POST", "/v1/topics/{topic}/jobs"},
+    {"GET", "/v1/topics/{topic}/keys/{key}"},
+    {"POST", "/v1/topics/{topic}/reserve"},
+    {"GET", "/v1/topics"},
+    {"GET", "/v1/topics/{topic}"},
+    {"PUT", "/v1/topics/{topic}"},
+    {"POST", "/v1/topics/{topic}/pause"},
+    {"POST", "/v1/topics/{topic}/resume"},
+    {"GET", "/v1/jobs"},
+    {"GET", "/v1/jobs/{id}"},
+    {"PATCH", "/v1/jobs/{id}"},
+    {"DELETE", "/v1/jobs/{id}"},
+    {"POST", "/v1/jobs/{id}/run-now"},
+    {"POST", "/v1/jobs/{id}/kick"},
+    {"POST", "/v1/jobs/{id}/retry"},
+    {"POST", "/v1/jobs/{id}/finish"},
+    {"POST", "/v1/jobs/{id}/release"},
+    {"POST", "/v1/jobs/{id}/bury"},
+    {"POST", "/v1/jobs/{id}/touch"},
+    {"GET", "/v1/jobs/{id}/attempts"},
+};
+
+std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (;;) {
+    size_t end = s.find(sep, start);
+    out.push_back(s.substr(start, end - start));
+    if (end == s.npos) return out;
+    start = end + 1;
+  }
+}
+
+// Percent-decoding; `plus` turns '+' into a space (query strings).
+std::optional<std::string> Decode(std::string_view s, bool plus) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%') {
+      if (i + 2 >= s.size()) return std::nullopt;
+      int v = 0;
+      auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+      if (ec != std::errc() || p != s.data() + i + 3) return std::nullopt;
+      out += static_cast<char>(v);
+      i += 2;
+    } else if (plus && s[i] == '+') {
+      out += ' ';
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// Matches `path` against a route pattern, collecting its parameters.
+bool Match(std::string_view pattern, std::string_view path, std::vector<std::string>* params) {
+  auto ps = Split(pattern, '/');
+  auto xs = Split(path, '/');
+  if (ps.size() != xs.size()) return false;
+  std::vector<std::string> found;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    if (!ps[i].empty() && ps[i].front() == '{') {
+      auto v = Decode(xs[i], false);
+      if (!v || v->empty()) return false;
+      found.push_back(std::move(*v));
+    } else if (ps[i] != xs[i]) {
+      return false;
+    }
+  }
+  *params = std::move(found);
+  return true;
+}
+
+const char* ProblemSlug(StatusCode c) {
+  switch (c) {
+    case StatusCode::kNotFound:
+      return "not-found";
+    case StatusCode::kInvalidArgument:
+      return "invalid-request";
+    case StatusCode::kConflict:
+      return "conflict";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kIoError:
+      return "storage-unavailable";
+    default:
+      return "internal";
+  }
+}
+
+int HttpStatus(StatusCode c) {
+  switch (c) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kConflict:
+      return 409;
+    case StatusCode::kUnavailable:
+    case StatusCode::kIoError:  // the store failed: nothing was applied; retry later
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+Response Problem(int status, const char* slug, const std::string& title, const std::string& detail,
+                 const std::string& field = "") {
+  json j = {{"type", std::string("https://delayd.dev/problems/") + slug},
+            {"title", title},
+            {"status", status},
+            {"detail", detail}};
+  if (!field.empty()) j["field"] = field;
+  Response r;
+  r.status = status;
+  r.content_type = "application/problem+json";
+  r.body = j.dump();
+  return r;
+}
+
+const char* Title(StatusCode c) {
+  switch (c) {
+    case StatusCode::kNotFound:
+      return "Not found";
+    case StatusCode::kInvalidArgument:
+      return "Invalid request";
+    case StatusCode::kConflict:
+      return "Conflict with the job's state";
+    case StatusCode::kUnavailable:
+      return "Unavailable, try again later";
+    case StatusCode::kIoError:
+      return "Storage unavailable, nothing was changed; try again later";
+    default:
+      return "Internal error";
+  }
+}
+
+Result<json> ParseBody(const Request& req, bool required) {
+  if (req.body.empty()) {
+    if (required) return Status::InvalidField("body", "a JSON body is required");
+    return json::object();
+  }
+  // The body is read as JSON whatever Content-Type says: curl -d sends
+  // form encoding by default, and the JSON error below is clearer.
+  json j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded()) return Status::InvalidField("body", "is not valid JSON");
+  return j;
+}
+
+std::optional<std::string> QueryValue(const std::vector<std::pair<std::string, std::string>>& q,
+                                      std::string_view name) {
+  for (auto& [k, v] : q) {
+    if (k == name) return v;
+  }
+  return std::nullopt;
+}
+
+Result<int64_t> QueryInt(const std::vector<std::pair<std::string, std::string>>& q,
+                         const char* name, int64_t lo, int64_t hi, int64_t dflt) {
+  auto v = QueryValue(q, name);
+  if (!v) return dflt;
+  int64_t n = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+  if (ec != std::errc() || p != v->data() + v->size() || n < lo || n > hi) {
+    return Status::InvalidField(
+        name, "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  }
+  return n;
+}
+
+Result<uint64_t> JobId(const std::string& s) {
+  uint64_t id = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), id);
+  if (ec != std::errc() || p != s.data() + s.size() || id == 0) {
+    return Status::InvalidField("id", "must be a positive integer job id");
+  }
+  return id;
+}
+
+Status CheckTopicName(const std::string& name) {
+  static constexpr std::string_view kAllowed =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()";
+  if (name.empty() || name.size() > 200 || name.front() == '-' ||
+      name.find_first_not_of(kAllowed) != std::string::npos) {
+    return Status::InvalidField("topic",
+                                "must be 1-200 characters of letters, digits and -+/;.$_() "
+                                "(beanstalkd's tube names), not starting with -");
+  }
+  return Status::Ok();
+}
+
+// Waits for one HTTP reserve: an engine client watching the asked-for topics
+// for the request's duration. The won reservation moves to the engine's HTTP
+// holder, so it outlives the request.
+class PullWaiter final : public engine::ClientObserver {
+ public:
+  PullWaiter(boost::asio::io_context& io, engine::Engine& engine, Handler::Reply reply)
+      : io_(io), engine_(engine), reply_(std::move(reply)) {}
+  void Start(const std::vector<std::string>& topics, int64_t timeout_ms) {
+    client_ = engine_.Connect(this);
+    for (const auto& t : topics) engine_.Watch(client_, t);
+    if (std::find(topics.begin(), topics.end(), "default") == topics.end()) {
+      (void)engine_.Ignore(client_, "default");
+    }
+    engine_.Reserve(client_, timeout_ms);
+  }
+  void OnReserved(const engine::JobView& job) override {
+    boost::asio::post(io_, [this, id = job.id] {
+      auto info = engine_.AdoptReservation(client_, id);
+      Finish(info.ok() ? JsonResponse(200, RenderJob(*info)) : ProblemResponse(info.status()));
+    });
+  }
+  void OnReserveTimedOut() override {
+    boost::asio::post(io_, [this] {
+      Response r;
+      r.status = 204;
+      Finish(std::move(r));
+    });
+  }
+  void OnDeadlineSoon() override { OnReserveTimedOut(); }
+
+ private:
+  void Finish(Response r) {
+    engine_.Disconnect(client_);
+    reply_(std::move(r));
+    delete this;
+  }
+  boost::asio::io_context& io_;
+  engine::Engine& engine_;
+  Handler::Reply reply_;
+  engine::Client* client_ = nullptr;
+};
+
+}  // namespace
+
+Response JsonResponse(int status, const json& body) {
+  Response r;
+  r.status = status;
+  r.body = body.dump();
+  return r;
+}
+
+Response ProblemResponse(const Status& s) {
+  return Problem(HttpStatus(s.code()), ProblemSlug(s.code()), Title(s.code()), s.message(),
+                 s.field());
+}
+
+const std::vector<RouteSpec>& Api::Routes() { return kRoutes; }
+
+Api::Api(boost::asio::io_context& io, engine::Engine& engine, const Clock& clock,
+         delivery::Dispatcher* dispatcher, std::function<json()> server_stats, ApiOptions options)
+    : io_(io),
+      engine_(engine),
+      clock_(clock),
+      dispatcher_(dispatcher),
+      server_stats_(std::move(server_stats)),
+      options_(std::move(options)) {}
+
+void Api::Handle(Request req, Reply reply) {
+  if (options_.token.size() > 0 && req.path.rfind("/v1/", 0) == 0 &&
+      req.authorization != "Bearer " + options_.token) {
+    Response r = Problem(401, "unauthorized", "Unauthorized",
+                         "this route needs the header Authorization: Bearer <api token>");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return reply(std::move(r));
+  }
+  bool path_known = false;
+  for (size_t i = 0; i < kRoutes.size(); ++i) {
+    Params params;
+    if (!Match(kRoutes[i].pattern, req.path, &params)) continue;
+    path_known = true;
+    if (req.method != kRoutes[i].method) continue;
+    Call c{std::move(req), std::move(params), {}, std::move(reply)};
+    if (!c.req.query.empty()) {
+      for (std::string_view part : Split(c.req.query, '&')) {
+        if (part.empty()) continue;
+        size_t eq = part.find('=');
+        auto k = Decode(part.substr(0, eq), true);
+        auto v = Decode(eq == part.npos ? "" : part.substr(eq + 1), true);
+        if (!k || !v) {
+          return c.reply(ProblemResponse(Status::InvalidField("query", "bad percent-encoding")));
+        }
+        c.query.emplace_back(std::move(*k), std::move(*v));
+      }
+    }
+    return Dispatch(i, c);
+  }
+  if (path_known) {
+    return reply(Problem(405, "method-not-allowed", "Method not allowed",
+                         req.method + " is not allowed on " + req.path));
+  }
+  reply(Problem(404, "not-found", "Not found", "no route " + req.path));
+}
+
+void Api::Dispatch(size_t route, Call& c) {
+  if (!c.params.empty() && kRoutes[route].pattern[4] == 't') {  // /v1/topics/{topic}...
+    Status s = CheckTopicName(c.params[0]);
+    if (!s.ok()) return c.reply(ProblemResponse(s));
+  }
+  switch (static_cast<RouteId>(route)) {
+    case kHealth:
+      return c.reply(JsonResponse(200, {{"status", "ok"}}));
+    case kOpenApi:
+      return c.reply(Response{200, "application/json", {}, OpenApiDocument()});
+    case kStats:
+      return Stats(c);
+    case kSubmit:
+      return SubmitJobs(c);
+    case kByKey:
+      return GetByKey(c);
+    case kReserve:
+      return Reserve(c);
+    case kTopics:
+      return ListTopics(c);
+    case kGetTopic:
+      return GetTopic(c);
+    case kPutTopic:
+      return PutTopic(c);
+    case kPause:
+      return PauseTopic(c, true);
+    case kResume:
+      return PauseTopic(c, false);
+    case kList:
+      return ListJobs(c);
+    case kGetJob:
+      return GetJob(c);
+    case kPatchJob:
+      return PatchJob(c);
+    case kDeleteJob:
+      return DeleteJob(c);
+    case kRunNow:
+      return Action(c, "run-now");
+    case kKick:
+      return Action(c, "kick");
+    case kRetry:
+      return Action(c, "retry");
+    case kFinish:
+      return Settle(c, engine::Engine::Settle::kFinish);
+    case kRelease:
+      return Settle(c, engine::Engine::Settle::kRelease);
+    case kBury:
+      return Settle(c, engine::Engine::Settle::kBury);
+    case kTouch:
+      return Settle(c, engine::Engine::Settle::kTouch);
+    case kAttempts:
+      return Attempts(c);
+  }
+}
+
+void Api::ReplyJob(const Reply& reply, uint64_t id, int status) {
+  auto info = engine_.GetJob(id);
+  if (!info.ok()) return reply(ProblemResponse(info.status()));
+  reply(JsonResponse(status, RenderJob(*info)));
+}
+
+// ---------------------------------------------------------------- jobs
+
+void Api::SubmitJobs(Call& c) {
+  auto body = ParseBody(c.req, true);
+  if (!body.ok()) return c.reply(ProblemResponse(body.status()));
+  const bool batch = body->is_array();
+  if (batch && body->empty()) {
+    return c.reply(ProblemResponse(Status::InvalidField("body", "a batch holds at least one job")));
+  }
+  if (batch && body->size() > options_.max_batch) {
+    return c.reply(ProblemResponse(Status::InvalidField(
+        "body", "a batch holds at most " + std::to_string(options_.max_batch) + " jobs")));
+  }
+  const int64_t now_ms = clock_.WallMillis();
+  std::vector<engine::NewJob> jobs;
+  if (batch) {
+    for (size_t i = 0; i < body->size(); ++i) {
+      auto n = ParseNewJob((*body)[i], "[" + std::to_string(i) + "]", options_.limits, now_ms);
+      if (!n.ok()) return c.reply(ProblemResponse(n.status()));
+      jobs.push_back(std::move(*n));
+    }
+  } else {
+    auto n = ParseNewJob(*body, "", options_.limits, now_ms);
+    if (!n.ok()) return c.reply(ProblemResponse(n.status()));
+    jobs.push_back(std::move(*n));
+  }
+  engine_.Submit(
+      c.params[0], std::move(jobs),
+      [this, batch, reply = std::move(c.reply)](Result<std::vector<engine::Submitted>> r) {
+        if (!r.ok()) return reply(ProblemResponse(r.status()));
+        json out = json::array();
+        bool any_new = false, all_dup = true;
+        for (const engine::Submitted& s : *r) {
+          auto info = engine_.GetJob(s.id);
+          if (!info.ok()) return reply(ProblemResponse(info.status()));
+          json j = RenderJob(*info);
+          j["duplicate"] = s.duplicate;
+          out.push_back(std::move(j));
+          any_new = any_new || !s.duplicate;
+          all_dup = all_dup && s.duplicate;
+        }
+        Response res = JsonResponse(any_new ? 201 : 200, batch ? out : out[0]);
+        if (!batch) {
+          res.headers.emplace_back("Location", "/v1/jobs/" + std::to_string((*r)[0].id));
+        }
+        if (all_dup) res.headers.emplace_back("Delayd-Duplicate", "true");
+        reply(std::move(res));
+      });
+}
+
+void Api::GetJob(Call& c) {
+  auto id = JobId(c.params[0]);
+  if (!id.ok()) return c.reply(ProblemResponse(id.status()));
+  ReplyJob(c.reply, *id);
+}
+
+void Api::GetByKey(Call& c) {
+  auto info = engine_.GetByKey(c.params[0], c.params[1]);
+  if (!info.ok()) return c.reply(ProblemResponse(info.status()));
+  c.reply(JsonResponse(200, RenderJob(*info)));
+}
+
+void Api::PatchJob(Call& c) {
+  auto id = JobId(c.params[0]);
+  if (!id.ok()) return c.reply(ProblemResponse(id.status()));
+  auto body = ParseBody(c.req, true);
+  if (!body.ok()) return c.reply(ProblemResponse(body.status()));
+  auto patch = ParseJobPatch(*body, options_.limits, clock_.WallMillis());
+  if (!patch.ok()) return c.reply(ProblemResponse(patch.status()));
+  engine_.Modify(*id, *patch, [this, id = *id, reply = std::move(c.reply)](const Status& s) {
+    if (!s.ok()) return reply(ProblemResponse(s));
+    ReplyJob(reply, id);
+  });
+}
+
+void Api::DeleteJob(Call& c) {
+  auto id = JobId(c.params[0]);
+  if (!id.ok()) return c.reply(ProblemResponse(id.status()));
+  engine_.Remove(*id, [reply = std::move(c.reply)](const Status& s) {
+    if (!s.ok()) return reply(ProblemResponse(s));
+    Response r;
+    r.status = 204;
+    reply(std::move(r));
+  });
+}
+
+void Api::ListJobs(Call& c) {
+  engine::ListFilter f;
+  static constexpr const char* kKnown[] = {"topic",      "state", "key_prefix", "due_after",
+                                           "due_before", "limit", "cursor"};
+  for (auto& [k, v] : c.query) {
+    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* n) { return k == n; }) ==
+        std::end(kKnown)) {
+      return c.reply(ProblemResponse(Status::InvalidField(k, "unknown query parameter")));
+    }
+  }
+  if (auto t = QueryValue(c.query, "topic")) f.topic = *t;
+  if (auto s = QueryValue(c.query, "state")) {
+    static constexpr const char* kStates[] = {"delayed", "ready", "reserved", "buried", "done"};
+    if (std::find_if(std::begin(kStates), std::end(kStates),
+                     [&](const char* n) { return *s == n; }) == std::end(kStates)) {
+      return c.reply(ProblemResponse(
+          Status::InvalidField("state", "must be one of delayed, ready, reserved, buried, done")));
+    }
+    f.state = *s;
+  }
+  if (auto p = QueryValue(c.query, "key_prefix")) f.key_prefix = *p;
+  for (const char* name : {"due_after", "due_before"}) {
+    if (auto v = QueryValue(c.query, name)) {
+      auto at = ParseRfc3339(*v);
+      if (!at) {
+        return c.reply(
+            ProblemResponse(Status::InvalidField(name, "must be an RFC 3339 date-time")));
+      }
+      (std::string_view(name) == "due_after" ? f.due_after_ms : f.due_before_ms) = *at;
+    }
+  }
+  auto limit = QueryInt(c.query, "limit", 1, 1000, 100);
+  if (!limit.ok()) return c.reply(ProblemResponse(limit.status()));
+  f.limit = static_cast<size_t>(*limit);
+  auto cursor = QueryInt(c.query, "cursor", 0, INT64_MAX, 0);
+  if (!cursor.ok()) return c.reply(ProblemResponse(cursor.status()));
+  f.after_id = static_cast<uint64_t>(*cursor);
+  auto page = engine_.List(f);
+  if (!page.ok()) return c.reply(ProblemResponse(page.status()));
+  json jobs = json::array();
+  for (const auto& info : page->jobs) jobs.push_back(RenderJob(info));
+  c.reply(
+      JsonResponse(200, {{"jobs", std::move(jobs)},
+                         {"next_cursor", page->next_cursor ? json(std::to_string(page->next_cursor))
+                                                           : json(nullptr)}}));
+}
+
+void Api::Action(Call& c, const std::string& action) {
+  auto id = JobId(c.params[0]);
+  if (!id.ok()) return c.reply(ProblemResponse(id.status()));
+  auto then = [this, id = *id, reply = std::move(c.reply)](const Status& s) {
+    if (!s.ok()) return reply(ProblemResponse(s));
+    ReplyJob(reply, id);
+  };
+  if (action == "run-now") return engine_.RunNow(*id, std::move(then));
+  if (action == "kick") return engine_.KickJob(*id, std::move(then));
+  engine_.Retry(*id, std::move(then));
+}
+
+void Api::Attempts(Call& c) {
+  auto id = JobId(c.params[0]);
+  if (!id.ok()) return c.reply(ProblemResponse(id.status()));
+  auto info = engine_.GetJob(*id);
+  if (!info.ok()) return c.reply(ProblemResponse(info.status()));
+  json log = info->record.attempt_log.empty()
+                 ? json::array()
+                 : json::parse(info->record.attempt_log, nullptr, false);
+  json out = json::array();
+  if (log.is_array()) {
+    for (json& a : log) {
+      out.push_back(
+          {{"attempt", a.value("attempt", 0)},
+           {"started_at", FormatRfc3339Ms(a.value("started_ms", int64_t{0}))},
+           {"duration_ms", a.value("duration_ms", 0)},
+           {"outcome", a.value("outcome", "")},
+           {"http_status", a.value("http_status", 0) ? json(a["http_status"]) : json(nullptr)},
+           {"error", a.value("error", "").empty() ? json(nullptr) : a["error"]}});
+    }
+  }
+  c.reply(JsonResponse(200, {{"job_id", *id}, {"attempts", std::move(out)}}));
+}
+
+// ---------------------------------------------------------------- pull
+
+void Api::Reserve(Call& c) {
+  auto timeout = QueryInt(c.query, "timeout_ms", 0, options_.max_reserve_wait_ms, 0);
+  if (!timeout.ok()) return c.reply(ProblemResponse(timeout.status()));
+  std::vector<std::string> topics{c.params[0]};
+  if (auto more = QueryValue(c.query, "topics")) {
+    for (std::string_view t : Split(*more, ',')) {
+      std::string name(t);
+      Status s = CheckTopicName(name);
+      if (!s.ok()) return c.reply(ProblemResponse(Status::InvalidField("topics", s.message())));
+      if (std::find(topics.begin(), topics.end(), name) == topics.end()) topics.push_back(name);
+    }
+  }
+  auto* waiter = new PullWaiter(io_, engine_, std::move(c.reply));  // deletes itself
+  waiter->Start(topics, *timeout);
+}
+
+void Api::Settle(Call& c, engine::Engine::Settle how) {
+  auto id = JobId(c.params[0]);
+  if (!id.ok()) return c.reply(ProblemResponse(id.status()));
+  auto body = ParseBody(c.req, false);
+  if (!body.ok()) return c.reply(ProblemResponse(body.status()));
+  if (!body->is_object()) {
+    return c.reply(ProblemResponse(Status::InvalidField("body", "must be a JSON object")));
+  }
+  uint32_t lease = 0;
+  int64_t delay_ms = 0;
+  auto job = engine_.GetJob(*id);
+  if (!job.ok()) return c.reply(ProblemResponse(job.status()));
+  uint32_t priority = job->record.priority;
+  for (auto& [k, v] : body->items()) {
+    if (k == "lease") {
+      if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > UINT32_MAX) {
+        return c.reply(ProblemResponse(
+            Status::InvalidField("lease", "must be the lease number from reserve")));
+      }
+      lease = v.get<uint32_t>();
+    } else if (k == "priority" &&
+               (how == engine::Engine::Settle::kRelease || how == engine::Engine::Settle::kBury)) {
+      if (!v.is_number_unsigned() || v.get<uint64_t>() > UINT32_MAX) {
+        return c.reply(ProblemResponse(Status::InvalidField("priority", "must be 0..4294967295")));
+      }
+      priority = v.get<uint32_t>();
+    } else if (k == "delay" && how == engine::Engine::Settle::kRelease) {
+      auto ms = engine::ParseMillis(v, "delay");
+      if (!ms.ok()) return c.reply(ProblemResponse(ms.status()));
+      if (*ms > options_.limits.max_delay_ms) {
+        return c.reply(
+            ProblemResponse(Status::InvalidField("delay", "is longer than the longest delay")));
+      }
+      delay_ms = *ms;
+    } else {
+      return c.reply(ProblemResponse(Status::InvalidField(k, "unknown field")));
+    }
+  }
+  engine_.SettleHttp(*id, lease, how, priority, delay_ms,
+                     [this, id = *id, how, reply = std::move(c.reply)](const Status& s) {
+                       if (!s.ok()) return reply(ProblemResponse(s));
+                       if (how == engine::Engine::Settle::kFinish) {
+                         Response r;
+                         r.status = 204;
+                         return reply(std::move(r));
+                       }
+                       ReplyJob(reply, id);
+                     });
+}
+
+// ---------------------------------------------------------------- topics
+
+json Api::RenderTopic(const engine::TopicInfo& t) const {
+  json j = t.settings ? engine::ToJson(*t.settings, false)
+                      : engine::ToJson(engine::TopicSettings{}, false);
+  j["name"] = t.name;
+  j["paused"] = t.paused;
+  j["counts"] = {{"ready", t.ready},
+                 {"delayed", t.delayed},
+                 {"reserved", t.reserved},
+                 {"buried", t.buried},
+                 {"total_jobs", t.total_jobs}};
+  j["pause_left_ms"] = t.pause_left_ms;
+  // How late the longest-waiting ready job is: rate limits and busy
+  // consumers show here.
+  j["ready_lateness_ms"] =
+      t.oldest_ready_due_ms ? std::max<int64_t>(0, clock_.WallMillis() - t.oldest_ready_due_ms) : 0;
+  j["in_flight"] = dispatcher_ ? dispatcher_->in_flight(t.name) : 0;
+  return j;
+}
+
+void Api::ListTopics(Call& c) {
+  json out = json::array();
+  for (const auto& t : engine_.Topics()) out.push_back(RenderTopic(t));
+  c.reply(JsonResponse(200, {{"topics", std::move(out)}}));
+}
+
+void Api::GetTopic(Call& c) {
+  auto t = engine_.Topic(c.params[0]);
+  if (!t.ok()) return c.reply(ProblemResponse(t.status()));
+  c.reply(JsonResponse(200, RenderTopic(*t)));
+}
+
+void Api::PutTopic(Call& c) {
+  auto body = ParseBody(c.req, true);
+  if (!body.ok()) return c.reply(ProblemResponse(body.status()));
+  auto parsed = engine::ParseTopicSettings(*body);
+  if (!parsed.ok()) return c.reply(ProblemResponse(parsed.status()));
+  // The secret is write-only: a PUT without it keeps the one set.
+  if (!body->contains("signing_secret")) {
+    if (auto old = engine_.SettingsOf(c.params[0])) parsed->signing_secret = old->signing_secret;
+  }
+  auto settings = std::make_shared<const engine::TopicSettings>(std::move(*parsed));
+  std::optional<bool> paused;
+  if (body->contains("paused")) paused = (*body)["paused"].get<bool>();
+  std::string name = c.params[0];
+  engine_.SetTopicSettings(name, settings,
+                           [this, name, paused, reply = std::move(c.reply)](const Status& s) {
+                             if (!s.ok()) return reply(ProblemResponse(s));
+                             auto answer = [this, name, reply](const Status& st) {
+                               if (!st.ok()) return reply(ProblemResponse(st));
+                               auto t = engine_.Topic(name);
+                               if (!t.ok()) return reply(ProblemResponse(t.status()));
+                               reply(JsonResponse(200, RenderTopic(*t)));
+                             };
+                             auto t = engine_.Topic(name);
+                             if (paused && t.ok() && *paused != t->paused) {
+                               if (*paused)
+                                 return engine_.PauseTube(name, engine::kPauseForeverMs, answer);
+                               return engine_.ResumeTube(name, answer);
+                             }
+                             answer(Status::Ok());
+                           });
+}
+
+void Api::PauseTopic(Call& c, bool pause) {
+  auto body = ParseBody(c.req, false);
+  if (!body.ok()) return c.reply(ProblemResponse(body.status()));
+  int64_t for_ms = engine::kPauseForeverMs;
+  for (auto& [k, v] : body->items()) {
+    if (k == "for_ms" && pause) {
+      auto ms = engine::ParseMillis(v, "for_ms");
+      if (!ms.ok()) return c.reply(ProblemResponse(ms.status()));
+      if (*ms < 1 || *ms > engine::kPauseForeverMs) {
+        return c.reply(ProblemResponse(Status::InvalidField("for_ms", "must be at least 1 ms")));
+      }
+      for_ms = *ms;
+    } else {
+      return c.reply(ProblemResponse(Status::InvalidField(k, "unknown field")));
+    }
+  }
+  std::string name = c.params[0];
+  auto answer = [this, name, reply = std::move(c.reply)](const Status& s) {
+    if (!s.ok()) return reply(ProblemResponse(s));
+    auto t = engine_.Topic(name);
+    if (!t.ok()) return reply(ProblemResponse(t.status()));
+    reply(JsonResponse(200, RenderTopic(*t)));
+  };
+  if (pause) return engine_.PauseTube(name, for_ms, std::move(answer));
+  engine_.ResumeTube(name, std::move(answer));
+}
+
+void Api::Stats(Call& c) {
+  engine::EngineStats e = engine_.Stats();
+  json j = {{"version", options_.version},
+            {"jobs",
+             {{"ready", e.ready},
+              {"delayed", e.delayed},
+              {"reserved", e.reserved},
+              {"buried", e.buried},
+              {"total_submitted", e.total_jobs},
+              {"ttr_timeouts", e.job_timeouts}}},
+            {"topics", e.tubes},
+            {"waiting_consumers", e.waiting},
+            {"draining", e.draining}};
+  if (dispatcher_ != nullptr) {
+    delivery::DispatcherStats d = dispatcher_->stats();
+    j["delivery"] = {{"delivered", d.delivered},       {"failed_attempts", d.failed},
+                     {"dead_letters", d.dead_letters}, {"in_flight", d.in_flight},
+                     {"alerts_sent", d.alerts_sent},   {"alerts_suppressed", d.alerts_suppressed}};
+  }
+  if (server_stats_) j["server"] = server_stats_();
+  c.reply(JsonResponse(200, j));
+}
+
+}  // namespace delayd::http

@@ -1,0 +1,88 @@
+// Api: the HTTP/JSON API of design.md over the engine: jobs, pull, topics,
+// stats, the OpenAPI document and health. Routes are data (Routes()), so a
+// test can check that the OpenAPI document covers every one.
+//
+// Threading: event loop thread only (the engine's).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "http/job_json.h"
+#include "http/server.h"
+
+namespace delayd::delivery {
+class Dispatcher;
+}
+
+namespace delayd::http {
+
+struct ApiOptions {
+  std::string token;        // non-empty: every /v1 route needs "Authorization: Bearer <token>"
+  size_t max_batch = 1000;  // jobs per submission
+  int64_t max_reserve_wait_ms = 60'000;
+  JobLimits limits;
+  std::string version = "0.1.0";
+};
+
+struct RouteSpec {
+  const char* method;
+  const char* pattern;  // "/v1/jobs/{id}", as the OpenAPI document writes paths
+};
+
+class Api final : public Handler {
+ public:
+  // All references must outlive the Api; `dispatcher` may be null.
+  Api(boost::asio::io_context& io, engine::Engine& engine, const Clock& clock,
+      delivery::Dispatcher* dispatcher, std::function<nlohmann::json()> server_stats,
+      ApiOptions options);
+  void Handle(Request req, Reply reply) override;
+
+  static const std::vector<RouteSpec>& Routes();
+  static const std::string& OpenApiDocument();
+
+ private:
+  using Params = std::vector<std::string>;  // path parameters in pattern order
+  struct Call {
+    Request req;
+    Params params;
+    std::vector<std::pair<std::string, std::string>> query;
+    Reply reply;
+  };
+  void Dispatch(size_t route, Call& c);
+  void SubmitJobs(Call& c);
+  void GetJob(Call& c);
+  void PatchJob(Call& c);
+  void DeleteJob(Call& c);
+  void GetByKey(Call& c);
+  void ListJobs(Call& c);
+  void Action(Call& c, const std::string& action);
+  void Attempts(Call& c);
+  void Reserve(Call& c);
+  void Settle(Call& c, engine::Engine::Settle how);
+  void ListTopics(Call& c);
+  void GetTopic(Call& c);
+  void PutTopic(Call& c);
+  void PauseTopic(Call& c, bool pause);
+  void Stats(Call& c);
+
+  nlohmann::json RenderTopic(const engine::TopicInfo& t) const;
+  // Replies with the job as it now reads, or the status as a problem.
+  void ReplyJob(const Reply& reply, uint64_t id, int status = 200);
+
+  boost::asio::io_context& io_;
+  engine::Engine& engine_;
+  const Clock& clock_;
+  delivery::Dispatcher* dispatcher_;
+  std::function<nlohmann::json()> server_stats_;
+  ApiOptions options_;
+};
+
+// A problem+json response (RFC 9457) for a failed status.
+Response ProblemResponse(const Status& s);
+Response JsonResponse(int status, const nlohmann::json& body);
+
+}  // namespace delayd::http

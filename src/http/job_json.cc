@@ -1,0 +1,267 @@
+#include "http/job_json.h"
+
+#include <openssl/evp.h>
+
+#include "common/time_format.h"
+#include "engine/spec_json.h"
+
+namespace delayd::http {
+
+using engine::BodyEncoding;
+using nlohmann::json;
+
+namespace {
+
+std::string Field(const std::string& prefix, const char* name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+// The body of a submission or patch: `body` (any JSON) or `body_base64`.
+Status ParseBody(const json& j, const std::string& prefix, const JobLimits& limits,
+                 std::string* body, BodyEncoding* encoding) {
+  if (j.contains("body") && j.contains("body_base64")) {
+    return Status::InvalidField(Field(prefix, "body_base64"), "give either body or body_base64");
+  }
+  if (j.contains("body")) {
+    *body = j["body"].dump();
+    *encoding = BodyEncoding::kJson;
+  } else if (j.contains("body_base64")) {
+    const json& b = j["body_base64"];
+    std::optional<std::string> bytes;
+    if (b.is_string()) bytes = Base64Decode(b.get<std::string>());
+    if (!bytes) return Status::InvalidField(Field(prefix, "body_base64"), "must be base64 text");
+    *body = std::move(*bytes);
+    *encoding = BodyEncoding::kBase64;
+  } else {
+    return Status::Ok();
+  }
+  if (body->size() > limits.max_body_bytes) {
+    return Status::InvalidField(
+        Field(prefix, j.contains("body") ? "body" : "body_base64"),
+        "is larger than the job size limit of " + std::to_string(limits.max_body_bytes) + " bytes");
+  }
+  return Status::Ok();
+}
+
+// `delay` or `run_at` into a due time; nullopt when neither is given.
+Result<std::optional<int64_t>> ParseDue(const json& j, const std::string& prefix,
+                                        const JobLimits& limits, int64_t now_ms) {
+  if (j.contains("delay") && j.contains("run_at")) {
+    return Status::InvalidField(Field(prefix, "run_at"), "give either delay or run_at");
+  }
+  if (j.contains("delay")) {
+    Result<int64_t> ms = engine::ParseMillis(j["delay"], Field(prefix, "delay"));
+    if (!ms.ok()) return ms.status();
+    if (*ms > limits.max_delay_ms) {
+      return Status::InvalidField(Field(prefix, "delay"), "is longer than the longest delay");
+    }
+    return std::optional<int64_t>(now_ms + *ms);
+  }
+  if (j.contains("run_at")) {
+    const json& v = j["run_at"];
+    std::optional<int64_t> at;
+    if (v.is_string()) at = ParseRfc3339(v.get<std::string>());
+    if (!at) {
+      return Status::InvalidField(Field(prefix, "run_at"),
+                                  "must be an RFC 3339 date-time such as 2026-11-22T09:30:00Z");
+    }
+    if (*at - now_ms > limits.max_delay_ms) {
+      return Status::InvalidField(Field(prefix, "run_at"),
+                                  "is further away than the longest delay");
+    }
+    return std::optional<int64_t>(*at);
+  }
+  return std::optional<int64_t>();
+}
+
+Status CheckKnown(const json& j, const std::string& prefix,
+                  std::initializer_list<const char*> known) {
+  if (!j.is_object()) return Status::InvalidField(prefix, "must be a JSON object");
+  for (const auto& [name, value] : j.items()) {
+    bool found = false;
+    for (const char* k : known) found = found || name == k;
+    if (!found) return Status::InvalidField(Field(prefix, name.c_str()), "unknown field");
+  }
+  return Status::Ok();
+}
+
+Result<uint32_t> ParsePriority(const json& v, const std::string& field) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > 4'294'967'295ULL) {
+    return Status::InvalidField(field, "must be an integer from 0 (most urgent) to 4294967295");
+  }
+  return static_cast<uint32_t>(v.get<uint64_t>());
+}
+
+Result<int64_t> ParseTtr(const json& v, const std::string& field) {
+  Result<int64_t> ms = engine::ParseMillis(v, field);
+  if (!ms.ok()) return ms;
+  if (*ms < 1000 || *ms > 4'294'967'295'000LL) {
+    return Status::InvalidField(field, "must be at least 1 s (1000 ms)");
+  }
+  return ms;
+}
+
+}  // namespace
+
+Result<engine::NewJob> ParseNewJob(const json& j, const std::string& prefix,
+                                   const JobLimits& limits, int64_t now_ms) {
+  Status s = CheckKnown(
+      j, prefix,
+      {"key", "priority", "delay", "run_at", "ttr_ms", "body", "body_base64", "target", "retry"});
+  if (!s.ok()) return s;
+  engine::NewJob n;
+  if (j.contains("key") && !j["key"].is_null()) {
+    const json& k = j["key"];
+    if (!k.is_string() || k.get<std::string>().empty() ||
+        k.get<std::string>().size() > limits.max_key_bytes) {
+      return Status::InvalidField(Field(prefix, "key"), "must be a non-empty string of at most " +
+                                                            std::to_string(limits.max_key_bytes) +
+                                                            " bytes");
+    }
+    n.key = k.get<std::string>();
+  }
+  if (j.contains("priority")) {
+    Result<uint32_t> p = ParsePriority(j["priority"], Field(prefix, "priority"));
+    if (!p.ok()) return p.status();
+    n.priority = *p;
+  }
+  Result<std::optional<int64_t>> due = ParseDue(j, prefix, limits, now_ms);
+  if (!due.ok()) return due.status();
+  n.run_at_ms = *due;
+  if (j.contains("ttr_ms")) {
+    Result<int64_t> ttr = ParseTtr(j["ttr_ms"], Field(prefix, "ttr_ms"));
+    if (!ttr.ok()) return ttr.status();
+    n.ttr_ms = *ttr;
+  }
+  s = ParseBody(j, prefix, limits, &n.body, &n.spec.encoding);
+  if (!s.ok()) return s;
+  if (j.contains("target") && !j["target"].is_null()) {
+    Result<engine::Target> t = engine::ParseTarget(j["target"], Field(prefix, "target"));
+    if (!t.ok()) return t.status();
+    n.spec.target = std::move(*t);
+  }
+  if (j.contains("retry") && !j["retry"].is_null()) {
+    Result<engine::RetryPolicy> r = engine::ParseRetry(j["retry"], Field(prefix, "retry"));
+    if (!r.ok()) return r.status();
+    n.spec.retry = *r;
+  }
+  return n;
+}
+
+Result<engine::JobPatch> ParseJobPatch(const json& j, const JobLimits& limits, int64_t now_ms) {
+  Status s = CheckKnown(
+      j, "", {"priority", "delay", "run_at", "ttr_ms", "body", "body_base64", "target", "retry"});
+  if (!s.ok()) return s;
+  engine::JobPatch p;
+  if (j.contains("priority")) {
+    Result<uint32_t> pri = ParsePriority(j["priority"], "priority");
+    if (!pri.ok()) return pri.status();
+    p.priority = *pri;
+  }
+  Result<std::optional<int64_t>> due = ParseDue(j, "", limits, now_ms);
+  if (!due.ok()) return due.status();
+  p.due_ms = *due;
+  if (j.contains("ttr_ms")) {
+    Result<int64_t> ttr = ParseTtr(j["ttr_ms"], "ttr_ms");
+    if (!ttr.ok()) return ttr.status();
+    p.ttr_ms = *ttr;
+  }
+  if (j.contains("body") || j.contains("body_base64")) {
+    std::string body;
+    BodyEncoding encoding = BodyEncoding::kRaw;
+    s = ParseBody(j, "", limits, &body, &encoding);
+    if (!s.ok()) return s;
+    p.body = std::move(body);
+    p.encoding = encoding;
+  }
+  if (j.contains("target")) {
+    if (j["target"].is_null()) {
+      p.target = std::optional<engine::Target>();
+    } else {
+      Result<engine::Target> t = engine::ParseTarget(j["target"], "target");
+      if (!t.ok()) return t.status();
+      p.target = std::optional<engine::Target>(std::move(*t));
+    }
+  }
+  if (j.contains("retry")) {
+    if (j["retry"].is_null()) {
+      p.retry = std::optional<engine::RetryPolicy>();
+    } else {
+      Result<engine::RetryPolicy> r = engine::ParseRetry(j["retry"], "retry");
+      if (!r.ok()) return r.status();
+      p.retry = std::optional<engine::RetryPolicy>(*r);
+    }
+  }
+  return p;
+}
+
+json RenderJob(const engine::JobInfo& info) {
+  const store::JobRecord& r = info.record;
+  auto spec = engine::DecodeSpec(r.spec);
+  json j = {{"id", r.id},
+            {"topic", r.tube},
+            {"key", r.key.empty() ? json(nullptr) : json(r.key)},
+            {"state", info.state},
+            {"priority", r.priority},
+            {"due_at", FormatRfc3339Ms(r.due_ms)},
+            {"created_at", FormatRfc3339Ms(r.created_ms)},
+            {"ttr_ms", r.ttr_ms},
+            {"attempts", r.counters.reserves},
+            {"target", spec && spec->target ? engine::ToJson(*spec->target) : json(nullptr)},
+            {"retry", spec && spec->retry ? engine::ToJson(*spec->retry) : json(nullptr)},
+            {"last_error", r.last_error.empty() ? json(nullptr) : json(r.last_error)}};
+  // A body reads back as it was given: JSON stays JSON; bytes (and
+  // beanstalk bodies that are not JSON) come back as base64.
+  json body = json::value_t::discarded;
+  if (!spec || spec->encoding != BodyEncoding::kBase64) {
+    body = json::parse(r.body, nullptr, false);
+  }
+  if (!body.is_discarded() && !r.body.empty()) {
+    j["body"] = std::move(body);
+  } else {
+    j["body_base64"] = Base64Encode(r.body);
+  }
+  if (r.state == store::StoredState::kDone) j["done_at"] = FormatRfc3339Ms(r.done_ms);
+  if (std::string_view(info.state) == "reserved") {
+    j["lease"] = {{"lease", info.lease},
+                  {"expires_at", FormatRfc3339Ms(info.lease_until_ms)},
+                  {"holder", info.pushing ? "dispatcher" : "consumer"}};
+  }
+  j["counters"] = {{"reserves", r.counters.reserves},
+                   {"timeouts", r.counters.timeouts},
+                   {"releases", r.counters.releases},
+                   {"buries", r.counters.buries},
+                   {"kicks", r.counters.kicks}};
+  return j;
+}
+
+std::string Base64Encode(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(bytes.data()),
+                          static_cast<int>(bytes.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::optional<std::string> Base64Decode(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  for (char c : text) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/' || c == '=')) {
+      return std::nullopt;
+    }
+  }
+  std::string out(3 * text.size() / 4, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size()));
+  if (n < 0) return std::nullopt;
+  // EVP_DecodeBlock counts padding as zero bytes.
+  size_t pad = 0;
+  if (!text.empty() && text.back() == '=') ++pad;
+  if (text.size() > 1 && text[text.size() - 2] == '=') ++pad;
+  out.resize(static_cast<size_t>(n) - pad);
+  return out;
+}
+
+}  // namespace delayd::http

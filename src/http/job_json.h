@@ -1,0 +1,30 @@
+// JSON forms of jobs for the HTTP API: parsing submissions and patches with
+// field-by-field errors, and rendering jobs as they read back.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/status.h"
+#include "engine/api_types.h"
+
+namespace delayd::http {
+
+struct JobLimits {
+  size_t max_body_bytes = 65535;
+  int64_t max_delay_ms = 4'294'967'295'000LL;  // beanstalkd's 2^32-1 s
+  size_t max_key_bytes = 200;
+};
+
+// One submission object; `prefix` names it in errors ("[3]" in a batch).
+Result<engine::NewJob> ParseNewJob(const nlohmann::json& j, const std::string& prefix,
+                                   const JobLimits& limits, int64_t now_ms);
+Result<engine::JobPatch> ParseJobPatch(const nlohmann::json& j, const JobLimits& limits,
+                                       int64_t now_ms);
+
+nlohmann::json RenderJob(const engine::JobInfo& info);
+
+std::string Base64Encode(std::string_view bytes);
+std::optional<std::string> Base64Decode(std::string_view text);
+
+}  // namespace delayd::http

@@ -1,0 +1,204 @@
+#include "http/server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <set>
+#include <utility>  // before asio/awaitable.hpp: Boost 1.74 needs std::exchange
+
+namespace delayd::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using asio::ip::tcp;
+
+namespace {
+
+// Waits for the handler's reply as an awaitable. The reply is always
+// delivered through a post, so a handler that answers at once does not
+// resume the coroutine inside its own call stack.
+template <typename Token>
+auto AsyncHandle(Handler& h, Request req, Token&& token) {
+  return asio::async_initiate<Token, void(Response)>(
+      [&h](auto handler, Request r) {
+        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+        h.Handle(std::move(r), [shared](Response res) {
+          auto ex = asio::get_associated_executor(*shared);
+          asio::post(ex, [shared, res = std::move(res)]() mutable { (*shared)(std::move(res)); });
+        });
+      },
+      token, std::move(req));
+}
+
+const char* Reason(int status) {
+  return bhttp::obsolete_reason(static_cast<bhttp::status>(status)).data();
+}
+
+}  // namespace
+
+struct Server::Impl {
+  Impl(asio::io_context& io_, Handler& handler_, ServerOptions options_)
+      : io(io_), handler(handler_), options(options_) {}
+
+  asio::awaitable<void> Accept(tcp::acceptor& acceptor) {
+    for (;;) {
+      boost::system::error_code ec;
+      tcp::socket socket =
+          co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      if (ec) {
+        // Out of descriptors and the like: back off instead of spinning.
+        spdlog::warn("http: accept: {}", ec.message());
+        asio::steady_timer pause(io, std::chrono::milliseconds(100));
+        co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        continue;
+      }
+      if (streams.size() >= options.max_connections) continue;  // closes the socket
+      socket.set_option(tcp::no_delay(true), ec);
+      asio::co_spawn(io, Session(std::move(socket)), asio::detached);
+    }
+  }
+
+  static Response Problem(int status, const std::string& title) {
+    Response r;
+    r.status = status;
+    r.content_type = "application/problem+json";
+    r.body = std::string(R"({"type":"about:blank","title":")") + title + R"(","status":)" +
+             std::to_string(status) + "}";
+    return r;
+  }
+
+  asio::awaitable<void> Session(tcp::socket socket) {
+    beast::tcp_stream stream(std::move(socket));
+    streams.insert(&stream);
+    beast::flat_buffer buffer;
+    boost::system::error_code ec;
+    for (;;) {
+      bhttp::request_parser<bhttp::string_body> parser;
+      parser.body_limit(options.max_body_bytes);
+      parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
+      stream.expires_after(std::chrono::milliseconds(options.idle_timeout_ms));
+      idle.insert(&stream);
+      co_await bhttp::async_read(stream, buffer, parser,
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      idle.erase(&stream);
+      if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
+          ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+          ec == asio::error::eof || closing) {
+        break;
+      }
+      Response res;
+      bool keep_alive = false;
+      unsigned version = 11;
+      if (ec) {
+        // Malformed or oversized: answer and close, as the stream is lost.
+        res = ec == bhttp::error::body_limit     ? Problem(413, "request body too large")
+              : ec == bhttp::error::header_limit ? Problem(431, "request headers too large")
+                                                 : Problem(400, "malformed HTTP request");
+      } else {
+        bhttp::request<bhttp::string_body> msg = parser.release();
+        keep_alive = msg.keep_alive();
+        version = msg.version();
+        Request req;
+        req.method = std::string(msg.method_string());
+        std::string_view target(msg.target().data(), msg.target().size());
+        size_t q = target.find('?');
+        req.path = std::string(target.substr(0, q));
+        if (q != target.npos) req.query = std::string(target.substr(q + 1));
+        req.authorization = std::string(msg[bhttp::field::authorization]);
+        req.content_type = std::string(msg[bhttp::field::content_type]);
+        req.body = std::move(msg.body());
+        stream.expires_never();
+        res = co_await AsyncHandle(handler, std::move(req), asio::use_awaitable);
+      }
+      bhttp::response<bhttp::string_body> out;
+      out.version(version);
+      out.result(static_cast<unsigned>(res.status));
+      out.reason(Reason(res.status));
+      out.set(bhttp::field::server, "delayd");
+      if (!res.body.empty() || res.status != 204)
+        out.set(bhttp::field::content_type, res.content_type);
+      for (auto& [k, v] : res.headers) out.set(k, v);
+      out.body() = std::move(res.body);
+      out.keep_alive(keep_alive && !closing);
+      out.prepare_payload();
+      stream.expires_after(std::chrono::seconds(30));
+      co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || !keep_alive || closing) break;
+    }
+    idle.erase(&stream);
+    streams.erase(&stream);
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
+
+  asio::io_context& io;
+  Handler& handler;
+  ServerOptions options;
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  std::set<beast::tcp_stream*> streams;
+  std::set<beast::tcp_stream*> idle;  // waiting for a request
+  bool closing = false;
+};
+
+Server::Server(asio::io_context& io, Handler& handler, ServerOptions options)
+    : impl_(std::make_unique<Impl>(io, handler, options)) {}
+
+Server::~Server() {
+  StopAccepting();
+  CloseAll();
+}
+
+Result<std::string> Server::Listen(const std::string& address) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return Status::InvalidArgument("expected HOST:PORT: " + address);
+  std::string host = address.substr(0, colon);
+  std::string port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  boost::system::error_code ec;
+  tcp::resolver resolver(impl_->io);
+  auto results =
+      resolver.resolve(host, port, tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty()) {
+    return Status::InvalidArgument("cannot resolve " + address + ": " + ec.message());
+  }
+  tcp::endpoint ep = results.begin()->endpoint();
+  auto acceptor = std::make_unique<tcp::acceptor>(impl_->io);
+  acceptor->open(ep.protocol(), ec);
+  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(ep, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Status::IoError("http listen on " + address + ": " + ec.message());
+  tcp::endpoint bound = acceptor->local_endpoint();
+  std::string shown = bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
+                                              : bound.address().to_string();
+  shown += ":" + std::to_string(bound.port());
+  asio::co_spawn(impl_->io, impl_->Accept(*acceptor), asio::detached);
+  impl_->acceptors.push_back(std::move(acceptor));
+  return shown;
+}
+
+void Server::StopAccepting() {
+  for (auto& a : impl_->acceptors) {
+    boost::system::error_code ec;
+    a->close(ec);
+  }
+}
+
+void Server::CloseAll() {
+  impl_->closing = true;
+  for (beast::tcp_stream* s : impl_->idle) s->cancel();
+}
+
+size_t Server::connections() const { return impl_->streams.size(); }
+
+}  // namespace delayd::http

@@ -1,0 +1,69 @@
+// HTTP/1.1 server (Boost.Beast) with keep-alive, size limits and timeouts.
+// It knows nothing of delayd: each request goes to a Handler, which answers
+// through a callback, possibly later (long polls).
+//
+// Threading: event loop thread only. Beast stays inside server.cc.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace delayd::http {
+
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // decoded? no: the raw path, without the query
+  std::string query;   // after '?', raw
+  std::string authorization;
+  std::string content_type;
+  std::string body;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+
+class Handler {
+ public:
+  using Reply = std::function<void(Response)>;
+  virtual ~Handler() = default;
+  // Answers `req` by calling `reply` once, now or later, on the loop thread.
+  virtual void Handle(Request req, Reply reply) = 0;
+};
+
+struct ServerOptions {
+  size_t max_body_bytes = 16 << 20;
+  size_t max_header_bytes = 16 << 10;
+  int64_t idle_timeout_ms = 60'000;  // between requests on a kept-alive connection
+  size_t max_connections = 10'000;
+};
+
+class Server {
+ public:
+  // `handler` must outlive the server.
+  Server(boost::asio::io_context& io, Handler& handler, ServerOptions options);
+  ~Server();
+
+  // Binds "HOST:PORT" (port 0 picks one) and starts accepting; returns the
+  // bound address.
+  Result<std::string> Listen(const std::string& address);
+  void StopAccepting();
+  // Closes idle connections now; busy ones close after their reply.
+  void CloseAll();
+  size_t connections() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace delayd::http
