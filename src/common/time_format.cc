@@ -162,7 +162,8 @@ std::optional<int64_t> ParseDurationMs(std::string_view s) {
 
 std::optional<int64_t> ParseRetryAfterMs(std::string_view s, int64_t now_ms) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\r' || s.back() == '\n'))
+    s.remove_suffix(1);
   if (s.empty()) return std::nullopt;
   if (std::isdigit(static_cast<unsigned char>(s.front()))) {
     int64_t secs = 0;

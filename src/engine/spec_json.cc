@@ -190,11 +190,12 @@ Result<RetryPolicy> ParseRetry(const json& j, const std::string& prefix) {
 }
 
 Result<TopicSettings> ParseTopicSettings(const json& j) {
-  Status s = CheckObject(j, "",
-                         {"target", "retry", "ttr_ms", "signing_secret", "rate_limit_per_s",
-                          "max_concurrency", "paused", "alert",
-                          // read-only fields of GET, so that a GET body can be PUT back
-                          "name", "counts", "signing_secret_set"});
+  Status s = CheckObject(
+      j, "",
+      {"target", "retry", "ttr_ms", "signing_secret", "rate_limit_per_s", "max_concurrency",
+       "paused", "alert",
+       // read-only fields of GET, so that a GET body can be PUT back
+       "name", "counts", "signing_secret_set", "in_flight", "pause_left_ms", "ready_lateness_ms"});
   if (!s.ok()) return s;
   TopicSettings t;
   if (j.contains("target") && !j["target"].is_null()) {

@@ -76,7 +76,9 @@ Result<std::optional<int64_t>> ParseDue(const json& j, const std::string& prefix
 
 Status CheckKnown(const json& j, const std::string& prefix,
                   std::initializer_list<const char*> known) {
-  if (!j.is_object()) return Status::InvalidField(prefix, "must be a JSON object");
+  if (!j.is_object()) {
+    return Status::InvalidField(prefix.empty() ? "body" : prefix, "must be a JSON object");
+  }
   for (const auto& [name, value] : j.items()) {
     bool found = false;
     for (const char* k : known) found = found || name == k;

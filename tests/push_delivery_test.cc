@@ -1,0 +1,264 @@
+// Push delivery against real local receivers: timing, headers and signature,
+// retries with backoff, Retry-After, timeouts, dead letters and alerts, rate
+// limits, isolation between topics, and kill -9 during delivery.
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <set>
+
+#include "common/time_format.h"
+#include "support/http.h"
+#include "support/process.h"
+
+namespace delayd::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+class PushTest : public ::testing::Test {
+ protected:
+  void SetUp() override { server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-push")); }
+  int port() const { return server_->http_port(); }
+  json Put(const std::string& target, const json& body, int want = 200) {
+    HttpReply r = HttpCall(port(), "PUT", target, body.dump());
+    EXPECT_EQ(r.status, want) << r.body;
+    return r.json();
+  }
+  json Post(const std::string& target, const json& body, int want = 201) {
+    HttpReply r = HttpCall(port(), "POST", target, body.dump());
+    EXPECT_EQ(r.status, want) << r.body;
+    return r.json();
+  }
+  json Get(const std::string& target) {
+    HttpReply r = HttpCall(port(), "GET", target);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.json();
+  }
+  // Waits until the job reads back in `state`.
+  bool WaitState(uint64_t id, const std::string& state, std::chrono::milliseconds timeout = 10s) {
+    return WaitUntil([&] { return Get("/v1/jobs/" + std::to_string(id))["state"] == state; },
+                     timeout);
+  }
+  std::unique_ptr<DelaydServer> server_;
+};
+
+int64_t ParseTestTime(const json& j) { return ParseRfc3339(j.get<std::string>()).value(); }
+
+std::string Hmac(const std::string& key, const std::string& msg) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac, &len);
+  std::string hex;
+  char b[3];
+  for (unsigned i = 0; i < len; ++i) {
+    snprintf(b, sizeof b, "%02x", mac[i]);
+    hex += b;
+  }
+  return hex;
+}
+
+int64_t Ms(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+TEST_F(PushTest, DeliversOnTimeWithEveryHeaderAndAVerifiableSignature) {
+  Receiver rx;
+  Put("/v1/topics/orders", {{"signing_secret", "s3cret"}});
+  json job = Post("/v1/topics/orders/jobs",
+                  {{"delay", 1500},
+                   {"body", {{"order", 8812}}},
+                   {"target", {{"url", rx.url("/close")}, {"headers", {{"X-Tenant", "a"}}}}}});
+  const int64_t due = ParseTestTime(job["due_at"]);
+  ASSERT_TRUE(rx.WaitFor([](auto& v) { return v.size() == 1; }, 10s));
+  Received r = rx.received()[0];
+  EXPECT_GE(Ms(r.at), due);
+  EXPECT_LT(Ms(r.at), due + 500) << "late by " << Ms(r.at) - due << " ms";
+  EXPECT_EQ(r.method, "POST");
+  EXPECT_EQ(r.path, "/close");
+  EXPECT_EQ(r.body, R"({"order":8812})");
+  EXPECT_EQ(r.headers["content-type"], "application/json");
+  EXPECT_EQ(r.headers["x-tenant"], "a");
+  EXPECT_EQ(r.headers["delayd-job-id"], std::to_string(job["id"].get<uint64_t>()));
+  EXPECT_EQ(r.headers["delayd-topic"], "orders");
+  EXPECT_EQ(r.headers["delayd-attempt"], "1");
+  EXPECT_EQ(r.headers["delayd-due-at"], job["due_at"]);
+  // Delayd-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "t.body">
+  const std::string sig = r.headers["delayd-signature"];
+  ASSERT_EQ(sig.rfind("t=", 0), 0u) << sig;
+  const std::string t = sig.substr(2, sig.find(',') - 2);
+  EXPECT_NEAR(std::stoll(t), Ms(r.at) / 1000, 2);
+  EXPECT_EQ(sig.substr(sig.find(",v1=") + 4), Hmac("s3cret", t + "." + r.body));
+  EXPECT_NE(sig.substr(sig.find(",v1=") + 4), Hmac("other", t + "." + r.body));
+  EXPECT_TRUE(WaitState(job["id"], "done"));
+}
+
+TEST_F(PushTest, FailsTwiceThenSucceedsWithBackoffRecorded) {
+  Receiver rx([](const Received&, int n) { return Answer{n < 2 ? 500 : 200}; });
+  json job =
+      Post("/v1/topics/t/jobs",
+           {{"body", {{"x", 1}}},
+            {"target", {{"url", rx.url()}}},
+            {"retry", {{"initial_backoff_ms", 200}, {"multiplier", 2.0}, {"jitter", false}}}});
+  ASSERT_TRUE(WaitState(job["id"], "done"));
+  auto got = rx.received();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_GE(Ms(got[1].at) - Ms(got[0].at), 200);
+  EXPECT_GE(Ms(got[2].at) - Ms(got[1].at), 400);
+  EXPECT_EQ(got[2].headers["delayd-attempt"], "3");
+  json attempts = Get("/v1/jobs/" + std::to_string(job["id"].get<uint64_t>()) + "/attempts");
+  ASSERT_EQ(attempts["attempts"].size(), 3u);
+  EXPECT_EQ(attempts["attempts"][0]["outcome"], "retry");
+  EXPECT_EQ(attempts["attempts"][0]["http_status"], 500);
+  EXPECT_EQ(attempts["attempts"][1]["outcome"], "retry");
+  EXPECT_EQ(attempts["attempts"][2]["outcome"], "ok");
+  EXPECT_EQ(attempts["attempts"][2]["http_status"], 200);
+}
+
+TEST_F(PushTest, ExhaustedJobsBecomeDeadLettersAndAlertOncePerInterval) {
+  Receiver rx([](const Received&, int) { return Answer{503}; });
+  Receiver ops;
+  Put("/v1/topics/pay", {{"alert", {{"webhook", ops.url("/alert")}, {"min_interval_s", 300}}}});
+  json retry = {{"max_attempts", 3}, {"initial_backoff_ms", 20}, {"jitter", false}};
+  json a =
+      Post("/v1/topics/pay/jobs", {{"body", 1}, {"target", {{"url", rx.url()}}}, {"retry", retry}});
+  ASSERT_TRUE(WaitState(a["id"], "buried"));
+  json dead = Get("/v1/jobs/" + std::to_string(a["id"].get<uint64_t>()));
+  EXPECT_EQ(dead["attempts"], 3);
+  EXPECT_NE(dead["last_error"].get<std::string>().find("503"), std::string::npos) << dead;
+  ASSERT_TRUE(ops.WaitFor([](auto& v) { return v.size() == 1; }, 5s));
+  json alert = json::parse(ops.received()[0].body);
+  EXPECT_EQ(alert["event"], "dead_letter");
+  EXPECT_EQ(alert["topic"], "pay");
+  EXPECT_EQ(alert["job_id"], a["id"]);
+  EXPECT_EQ(alert["dead_letters"], 1);
+  // A second dead letter within the interval raises no second alert.
+  json b =
+      Post("/v1/topics/pay/jobs", {{"body", 2}, {"target", {{"url", rx.url()}}}, {"retry", retry}});
+  ASSERT_TRUE(WaitState(b["id"], "buried"));
+  EXPECT_TRUE(
+      WaitUntil([&] { return Get("/v1/stats")["delivery"]["alerts_suppressed"] == 1; }, 5s));
+  EXPECT_EQ(ops.count(), 1u);
+  EXPECT_EQ(rx.count(), 6u);
+  // A dead letter can be retried from the API, with a fresh budget.
+  HttpReply r =
+      HttpCall(port(), "POST", "/v1/jobs/" + std::to_string(a["id"].get<uint64_t>()) + "/retry");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(rx.WaitFor([](auto& v) { return v.size() >= 7; }, 5s));
+}
+
+TEST_F(PushTest, NonRetryable4xxGoesToDeadLettersAtOnce) {
+  Receiver rx([](const Received&, int) { return Answer{404}; });
+  json job = Post("/v1/topics/t/jobs", {{"body", 1}, {"target", {{"url", rx.url()}}}});
+  ASSERT_TRUE(WaitState(job["id"], "buried"));
+  EXPECT_EQ(rx.count(), 1u);
+}
+
+TEST_F(PushTest, AHangingReceiverTimesOutAndIsRetried) {
+  Receiver rx([](const Received&, int n) {
+    Answer a;
+    a.hang = n == 0;
+    return a;
+  });
+  json job =
+      Post("/v1/topics/t/jobs", {{"body", 1},
+                                 {"target", {{"url", rx.url()}, {"timeout_ms", 300}}},
+                                 {"retry", {{"initial_backoff_ms", 50}, {"jitter", false}}}});
+  ASSERT_TRUE(WaitState(job["id"], "done"));
+  json attempts = Get("/v1/jobs/" + std::to_string(job["id"].get<uint64_t>()) + "/attempts");
+  ASSERT_EQ(attempts["attempts"].size(), 2u);
+  EXPECT_NE(attempts["attempts"][0]["error"].get<std::string>().find("timed out"),
+            std::string::npos);
+  EXPECT_GE(attempts["attempts"][0]["duration_ms"].get<int>(), 290);
+}
+
+TEST_F(PushTest, RetryAfterIsObeyed) {
+  Receiver rx([](const Received&, int n) {
+    return n == 0 ? Answer{429, {"Retry-After: 1"}} : Answer{200};
+  });
+  json job =
+      Post("/v1/topics/t/jobs", {{"body", 1},
+                                 {"target", {{"url", rx.url()}}},
+                                 {"retry", {{"initial_backoff_ms", 10}, {"jitter", false}}}});
+  ASSERT_TRUE(WaitState(job["id"], "done"));
+  auto got = rx.received();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_GE(Ms(got[1].at) - Ms(got[0].at), 1000);
+  EXPECT_LT(Ms(got[1].at) - Ms(got[0].at), 3000);
+}
+
+TEST_F(PushTest, RateLimitHoldsWithinTenPercent) {
+  Receiver rx;
+  Put("/v1/topics/slow", {{"target", {{"url", rx.url()}}}, {"rate_limit_per_s", 50}});
+  json batch = json::array();
+  for (int i = 0; i < 500; ++i) batch.push_back({{"body", i}, {"delay", 200}});
+  Post("/v1/topics/slow/jobs", batch);
+  // While limited, the waiting jobs are ready and their lateness shows.
+  ASSERT_TRUE(WaitUntil([&] { return Get("/v1/topics/slow")["ready_lateness_ms"] > 100; }, 5s));
+  ASSERT_TRUE(rx.WaitFor([](auto& v) { return v.size() == 500; }, 30s)) << rx.count();
+  auto got = rx.received();
+  const double secs = (Ms(got.back().at) - Ms(got.front().at)) / 1000.0;
+  const double rate = 499 / secs;
+  EXPECT_GT(rate, 45.0);
+  EXPECT_LT(rate, 55.0);
+}
+
+TEST_F(PushTest, ADeadTargetDoesNotDelayOtherTopics) {
+  Receiver dead([](const Received&, int) {
+    Answer a;
+    a.hang = true;
+    return a;
+  });
+  Receiver live;
+  json stuck = json::array();
+  for (int i = 0; i < 200; ++i) stuck.push_back({{"body", i}});
+  Put("/v1/topics/stuck", {{"target", {{"url", dead.url()}, {"timeout_ms", 10000}}}});
+  Post("/v1/topics/stuck/jobs", stuck);
+  ASSERT_TRUE(dead.WaitFor([](auto& v) { return v.size() >= 50; }, 10s));
+  Put("/v1/topics/fine", {{"target", {{"url", live.url()}}}});
+  json pushed = json::array();
+  for (int i = 0; i < 20; ++i) pushed.push_back({{"body", i}, {"delay", 300}});
+  json jobs = Post("/v1/topics/fine/jobs", pushed);
+  const int64_t due = ParseTestTime(jobs[19]["due_at"]);
+  ASSERT_TRUE(live.WaitFor([](auto& v) { return v.size() == 20; }, 5s));
+  for (const Received& r : live.received()) EXPECT_LT(Ms(r.at), due + 200);
+}
+
+TEST_F(PushTest, KillDuringDeliveryLosesNothingAndRedeliversNoRecordedSuccess) {
+  Receiver rx([](const Received&, int) { return Answer{200, {}, 20ms}; });
+  Put("/v1/topics/k", {{"target", {{"url", rx.url()}}}, {"max_concurrency", 4}});
+  json batch = json::array();
+  for (int i = 0; i < 300; ++i) batch.push_back({{"body", i}});
+  json made = Post("/v1/topics/k/jobs", batch);
+  std::set<uint64_t> all;
+  for (auto& j : made) all.insert(j["id"].get<uint64_t>());
+  ASSERT_TRUE(rx.WaitFor([](auto& v) { return v.size() >= 60; }, 10s));
+  // Done records read back are durable.
+  std::set<uint64_t> recorded;
+  json page = Get("/v1/jobs?topic=k&state=done&limit=1000");
+  for (auto& j : page["jobs"]) recorded.insert(j["id"].get<uint64_t>());
+  ASSERT_FALSE(recorded.empty());
+  server_->Kill9();
+  const auto killed_at = std::chrono::system_clock::now();
+  ASSERT_LT(recorded.size(), all.size());
+  server_->Restart();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        std::set<uint64_t> seen;
+        for (auto& r : rx.received()) seen.insert(std::stoull(r.headers["delayd-job-id"]));
+        return seen == all;
+      },
+      30s));
+  for (auto& r : rx.received()) {
+    if (r.at > killed_at) {
+      EXPECT_EQ(recorded.count(std::stoull(r.headers["delayd-job-id"])), 0u)
+          << "job " << r.headers["delayd-job-id"]
+          << " was delivered again after its success was recorded";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace delayd::testing
