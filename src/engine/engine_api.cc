@@ -121,9 +121,14 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
         }
       }
     }
+    // Answer while the jobs are still pinned in memory, so reading them back
+    // for the reply needs no store reads; then far ones go to the store.
+    if (!s.ok()) {
+      done(s);
+    } else {
+      done(std::move(out));
+    }
     for (Job* j : created) WriteDone(j);
-    if (!s.ok()) return done(s);
-    done(std::move(out));
   });
 }
 
