@@ -150,11 +150,12 @@ int main(int argc, char** argv) {
     char tmp[4096];
     recv(fd, tmp, sizeof tmp, 0);
     close(fd);
-    const int64_t base = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count() + lead_ms;
+    const int64_t base =
+        duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count() + lead_ms;
     double submit_rate = Submit(port, "push", jobs, 1000, 4, [&](long i) {
       // Due times spread evenly over one second.
-      return "{\"run_at\":\"" + delayd::FormatRfc3339Ms(base + i * 1000 / jobs) + "\",\"body\":" +
-             std::to_string(i) + "}";
+      return "{\"run_at\":\"" + delayd::FormatRfc3339Ms(base + i * 1000 / jobs) +
+             "\",\"body\":" + std::to_string(i) + "}";
     });
     if (duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count() > base) {
       fprintf(stderr, "submitting took longer than --lead-ms; raise it\n");
@@ -172,14 +173,18 @@ int main(int argc, char** argv) {
       late.push_back(at - due);
     }
     std::sort(late.begin(), late.end());
-    auto first = std::min_element(got.begin(), got.end(), [](auto& a, auto& b) { return a.at < b.at; });
-    auto last = std::max_element(got.begin(), got.end(), [](auto& a, auto& b) { return a.at < b.at; });
+    auto first =
+        std::min_element(got.begin(), got.end(), [](auto& a, auto& b) { return a.at < b.at; });
+    auto last =
+        std::max_element(got.begin(), got.end(), [](auto& a, auto& b) { return a.at < b.at; });
     double secs = duration<double>(last->at - first->at).count();
-    printf("deliver jobs=%ld submit_per_s=%.0f deliveries_per_s=%.0f (over %.2f s) lateness_ms "
-           "p50=%.2f p99=%.2f max=%.2f early=%ld\n",
-           jobs, submit_rate, (jobs - 1) / secs, secs, late[late.size() / 2] / 1000.0,
-           late[late.size() * 99 / 100] / 1000.0, late.back() / 1000.0,
-           static_cast<long>(std::count_if(late.begin(), late.end(), [](int64_t l) { return l < 0; })));
+    printf(
+        "deliver jobs=%ld submit_per_s=%.0f deliveries_per_s=%.0f (over %.2f s) lateness_ms "
+        "p50=%.2f p99=%.2f max=%.2f early=%ld\n",
+        jobs, submit_rate, (jobs - 1) / secs, secs, late[late.size() / 2] / 1000.0,
+        late[late.size() * 99 / 100] / 1000.0, late.back() / 1000.0,
+        static_cast<long>(
+            std::count_if(late.begin(), late.end(), [](int64_t l) { return l < 0; })));
     return 0;
   }
   fprintf(stderr, "unknown mode %s\n", mode.c_str());

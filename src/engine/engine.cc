@@ -178,6 +178,12 @@ void Engine::MakeReady(Job* j) {
   Serve(j->tube);
 }
 
+void Engine::MakeBuried(Job* j) {
+  j->bury_seq = ++bury_seq_;
+  j->state = JobState::kBuried;
+  j->tube->buried.insert(j);
+}
+
 void Engine::MakeDelayed(Job* j) {
   j->state = JobState::kDelayed;
   j->tube->delayed.insert(j);
@@ -375,24 +381,28 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
   }
   Job* j = AddJob(r, JobState::kPending);
   Write(j, Mutation::Insert(std::move(r)), [this, j, done = std::move(done)](const Status& s) {
-    if (!s.ok()) {
-      j->state = JobState::kDeleting;  // never visible; dropped by WriteDone
-      done(s);
-      return;
-    }
-    ++total_jobs_;
-    ++j->tube->total_jobs;
-    if (j->delay_ms > 0 && j->due_ms * 1000 > clock_.WallMicros()) {
-      if (store::DueMinute(j->due_ms) > loaded_minute_) {
-        j->state = JobState::kDelayed;  // beyond the horizon: WriteDone hands it to the store
-      } else {
-        MakeDelayed(j);
-      }
-    } else {
-      MakeReady(j);
-    }
+    Publish(j, s);
+    if (!s.ok()) return done(s);
     done(j->id);
   });
+}
+
+void Engine::Publish(Job* j, const Status& s) {
+  if (!s.ok()) {
+    j->state = JobState::kDeleting;  // never visible; dropped by WriteDone
+    return;
+  }
+  ++total_jobs_;
+  ++j->tube->total_jobs;
+  if (j->delay_ms > 0 && j->due_ms * 1000 > clock_.WallMicros()) {
+    if (store::DueMinute(j->due_ms) > loaded_minute_) {
+      j->state = JobState::kDelayed;  // beyond the horizon: WriteDone hands it to the store
+    } else {
+      MakeDelayed(j);
+    }
+  } else {
+    MakeReady(j);
+  }
 }
 
 Result<JobView> Engine::ReserveJob(Client* c, uint64_t id) {
@@ -446,9 +456,7 @@ void Engine::Bury(Client* c, uint64_t id, uint32_t priority, Done done) {
   Detach(j);
   j->priority = priority;
   ++j->counters.buries;
-  j->bury_seq = ++bury_seq_;
-  j->state = JobState::kBuried;
-  j->tube->buried.insert(j);
+  MakeBuried(j);
   Write(j, Mutation::Update(Record(*j)), std::move(done));
 }
 

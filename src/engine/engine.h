@@ -213,6 +213,10 @@ class Engine {
   JobView View(const Job& j) const { return {j.id, j.body}; }
   void MakeReady(Job* j);
   void MakeDelayed(Job* j);
+  void MakeBuried(Job* j);  // REQUIRES: detached from its previous state
+  // A submitted job's insert is durable (ok) or failed: make it visible in
+  // its state, or drop it unseen.
+  void Publish(Job* j, const Status& s);
   void Detach(Job* j);  // out of the set/timer of its current state
   void Write(Job* j, store::Mutation m, Done done);
   void WriteDone(Job* j);

@@ -105,21 +105,7 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
                                        done = std::move(done)](const Status& s) mutable {
     for (Job* j : created) {
       if (j->extra && !j->extra->key.empty()) pending_keys_.erase(KeyOf(topic, j->extra->key));
-      if (!s.ok()) {
-        j->state = JobState::kDeleting;  // never visible; dropped by WriteDone
-      } else {
-        ++total_jobs_;
-        ++j->tube->total_jobs;
-        if (j->delay_ms > 0 && j->due_ms * 1000 > clock_.WallMicros()) {
-          if (store::DueMinute(j->due_ms) > loaded_minute_) {
-            j->state = JobState::kDelayed;  // beyond the horizon: WriteDone hands it to the store
-          } else {
-            MakeDelayed(j);
-          }
-        } else {
-          MakeReady(j);
-        }
-      }
+      Publish(j, s);
     }
     // Answer while the jobs are still pinned in memory, so reading them back
     // for the reply needs no store reads; then far ones go to the store.
@@ -286,7 +272,7 @@ void Engine::Modify(uint64_t id, const JobPatch& p, Done done) {
     j->extra->spec_text = EncodeSpec(spec);
   }
   if (was_buried) {
-    j->state = JobState::kBuried;
+    j->state = JobState::kBuried;  // keeps its place in kick order
     j->tube->buried.insert(j);
   } else if (j->due_ms * 1000 > clock_.WallMicros()) {
     MakeDelayed(j);

@@ -144,9 +144,7 @@ Status Engine::Recover() {
     Job* j = AddJob(rec, JobState::kReady);
     switch (rec.state) {
       case StoredState::kBuried:
-        j->bury_seq = ++bury_seq_;
-        j->state = JobState::kBuried;
-        j->tube->buried.insert(j);
+        MakeBuried(j);
         break;
       case StoredState::kDelayed:
         if (rec.due_ms > now_ms) {

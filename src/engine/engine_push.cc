@@ -68,9 +68,7 @@ void Engine::PushDone(uint64_t id, uint32_t attempt, const Attempt& a, bool succ
   }
   if (dead) {
     ++j->counters.buries;
-    j->bury_seq = ++bury_seq_;
-    j->state = JobState::kBuried;
-    j->tube->buried.insert(j);
+    MakeBuried(j);
   } else {
     ++j->counters.releases;
     j->delay_ms = retry_delay_ms;

@@ -115,39 +115,32 @@ bool Match(std::string_view pattern, std::string_view path, std::vector<std::str
   return true;
 }
 
-const char* ProblemSlug(StatusCode c) {
-  switch (c) {
-    case StatusCode::kNotFound:
-      return "not-found";
-    case StatusCode::kInvalidArgument:
-      return "invalid-request";
-    case StatusCode::kConflict:
-      return "conflict";
-    case StatusCode::kUnavailable:
-      return "unavailable";
-    case StatusCode::kIoError:
-      return "storage-unavailable";
-    default:
-      return "internal";
-  }
-}
+// The one map from a status to its HTTP answer.
+struct ProblemKind {
+  int http;
+  const char* slug;
+  const char* title;
+};
 
-int HttpStatus(StatusCode c) {
+ProblemKind KindOf(StatusCode c) {
   switch (c) {
     case StatusCode::kOk:
-      return 200;
+      return {200, "ok", "OK"};
     case StatusCode::kNotFound:
-      return 404;
+      return {404, "not-found", "Not found"};
     case StatusCode::kInvalidArgument:
-      return 400;
+      return {400, "invalid-request", "Invalid request"};
     case StatusCode::kConflict:
-      return 409;
+      return {409, "conflict", "Conflict with the job's state"};
     case StatusCode::kUnavailable:
+      return {503, "unavailable", "Unavailable, try again later"};
     case StatusCode::kIoError:  // the store failed: nothing was applied; retry later
-      return 503;
-    default:
-      return 500;
+      return {503, "storage-unavailable",
+              "Storage unavailable, nothing was changed; try again later"};
+    case StatusCode::kInternal:
+      break;
   }
+  return {500, "internal", "Internal error"};
 }
 
 Response Problem(int status, const char* slug, const std::string& title, const std::string& detail,
@@ -162,23 +155,6 @@ Response Problem(int status, const char* slug, const std::string& title, const s
   r.content_type = "application/problem+json";
   r.body = j.dump();
   return r;
-}
-
-const char* Title(StatusCode c) {
-  switch (c) {
-    case StatusCode::kNotFound:
-      return "Not found";
-    case StatusCode::kInvalidArgument:
-      return "Invalid request";
-    case StatusCode::kConflict:
-      return "Conflict with the job's state";
-    case StatusCode::kUnavailable:
-      return "Unavailable, try again later";
-    case StatusCode::kIoError:
-      return "Storage unavailable, nothing was changed; try again later";
-    default:
-      return "Internal error";
-  }
 }
 
 Result<json> ParseBody(const Request& req, bool required) {
@@ -287,8 +263,8 @@ Response JsonResponse(int status, const json& body) {
 }
 
 Response ProblemResponse(const Status& s) {
-  return Problem(HttpStatus(s.code()), ProblemSlug(s.code()), Title(s.code()), s.message(),
-                 s.field());
+  ProblemKind k = KindOf(s.code());
+  return Problem(k.http, k.slug, k.title, s.message(), s.field());
 }
 
 const std::vector<RouteSpec>& Api::Routes() { return kRoutes; }
@@ -339,7 +315,7 @@ void Api::Handle(Request req, Reply reply) {
 }
 
 void Api::Dispatch(size_t route, Call& c) {
-  if (!c.params.empty() && kRoutes[route].pattern[4] == 't') {  // /v1/topics/{topic}...
+  if (std::string_view(kRoutes[route].pattern).rfind("/v1/topics/{topic}", 0) == 0) {
     Status s = CheckTopicName(c.params[0]);
     if (!s.ok()) return c.reply(ProblemResponse(s));
   }
