@@ -10,6 +10,7 @@ namespace delayd {
 
 // "2026-11-22T09:30:00.125Z": UTC, always with milliseconds.
 std::string FormatRfc3339Ms(int64_t wall_ms);
+void AppendRfc3339Ms(std::string& out, int64_t wall_ms);
 
 // Parses RFC 3339 date-times ("2026-11-22T09:30:00Z", "...T17:30:00.5+08:00");
 // lowercase t/z and a space separator are accepted as RFC 3339 allows.

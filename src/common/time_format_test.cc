@@ -8,6 +8,16 @@ namespace {
 TEST(TimeFormatTest, FormatsWithMilliseconds) {
   EXPECT_EQ(FormatRfc3339Ms(0), "1970-01-01T00:00:00.000Z");
   EXPECT_EQ(FormatRfc3339Ms(1'795'306'980'455), "2026-11-22T00:23:00.455Z");
+  EXPECT_EQ(FormatRfc3339Ms(951'825'599'999), "2000-02-29T11:59:59.999Z");
+  EXPECT_EQ(FormatRfc3339Ms(-1), "1969-12-31T23:59:59.999Z");
+  // Beyond four-digit years the slow path still writes every digit.
+  EXPECT_EQ(FormatRfc3339Ms(253'402'300'800'000), "10000-01-01T00:00:00.000Z");
+}
+
+TEST(TimeFormatTest, FormattedTimesParseBack) {
+  for (int64_t ms = -86'400'000LL * 800; ms < 86'400'000LL * 365 * 400; ms += 7'919'999'937) {
+    EXPECT_EQ(ParseRfc3339(FormatRfc3339Ms(ms)), ms) << FormatRfc3339Ms(ms);
+  }
 }
 
 TEST(TimeFormatTest, ParsesOffsetsFractionsAndRejectsImpossibleDates) {

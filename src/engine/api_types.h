@@ -32,6 +32,7 @@ struct Submitted {
 // ("delayed", "ready", "reserved", "buried", "done").
 struct JobInfo {
   store::JobRecord record;
+  std::shared_ptr<const JobSpec> spec;  // record.spec decoded; null for a plain job
   const char* state = "";
   uint32_t lease = 0;          // reserved: the reservation's number (its attempt)
   int64_t lease_until_ms = 0;  // reserved: wall ms when it runs out

@@ -103,7 +103,7 @@ int64_t Engine::DueFromNow(int64_t delay_ms) const {
   return (clock_.WallMicros() + 999) / 1000 + delay_ms;
 }
 
-Job* Engine::AddJob(const JobRecord& r, JobState state) {
+Job* Engine::AddJob(const JobRecord& r, JobState state, std::shared_ptr<const JobSpec> spec) {
   auto j = std::make_unique<Job>();
   j->id = r.id;
   j->tube = FindOrMakeTube(r.tube);
@@ -117,7 +117,7 @@ Job* Engine::AddJob(const JobRecord& r, JobState state) {
   j->body = std::make_shared<const std::string>(r.body);
   j->timer.kind = TimerKind::kJob;
   j->timer.owner = j.get();
-  SetExtra(j.get(), r);
+  SetExtra(j.get(), r, std::move(spec));
   ++j->tube->jobs;
   Job* raw = j.get();
   jobs_.emplace(r.id, std::move(j));
@@ -146,7 +146,7 @@ JobRecord Engine::Record(const Job& j) const {
   return r;
 }
 
-void Engine::SetExtra(Job* j, const JobRecord& r) {
+void Engine::SetExtra(Job* j, const JobRecord& r, std::shared_ptr<const JobSpec> spec) {
   if (r.key.empty() && r.spec.empty() && r.attempt_log.empty() && r.last_error.empty()) {
     j->extra.reset();
     return;
@@ -155,7 +155,7 @@ void Engine::SetExtra(Job* j, const JobRecord& r) {
   j->extra->key = r.key;
   if (j->extra->spec_text != r.spec || !j->extra->spec) {
     j->extra->spec_text = r.spec;
-    j->extra->spec = DecodeSpec(r.spec);
+    j->extra->spec = spec ? std::move(spec) : DecodeSpec(r.spec);
   }
   j->extra->attempt_log = r.attempt_log;
   j->extra->last_error = r.last_error;

@@ -199,7 +199,9 @@ class Engine {
   Job* ReservedBy(const Client* c, uint64_t id) const;
   // Wall ms when a delay asked for now ends.
   int64_t DueFromNow(int64_t delay_ms) const;
-  Job* AddJob(const store::JobRecord& r, JobState state);
+  // `spec`, when given, is `r.spec` already decoded.
+  Job* AddJob(const store::JobRecord& r, JobState state,
+              std::shared_ptr<const JobSpec> spec = nullptr);
   JobInfo Info(const Job& j) const;
   static JobInfo Info(store::JobRecord r);
   // Finishes `j`: a done record when it has extras, else gone.
@@ -207,7 +209,7 @@ class Engine {
   void AppendAttempt(Job* j, const Attempt& a);
   // The topic's defaults applied to a job being created in `t`.
   void ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const;
-  void SetExtra(Job* j, const store::JobRecord& r);
+  void SetExtra(Job* j, const store::JobRecord& r, std::shared_ptr<const JobSpec> spec = nullptr);
   void NotifyPush(Tube* t);
   store::JobRecord Record(const Job& j) const;
   JobView View(const Job& j) const { return {j.id, j.body}; }

@@ -55,6 +55,9 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
   std::vector<Mutation> writes;
   std::vector<Job*> created;
   std::unordered_map<std::string, uint64_t> batch_keys;
+  // Jobs of a batch mostly share one spec (the topic's defaults): share it.
+  std::shared_ptr<const JobSpec> spec;
+  std::string spec_text;
   for (size_t i = 0; i < jobs.size(); ++i) {
     NewJob& n = jobs[i];
     if (!n.key.empty()) {
@@ -89,13 +92,17 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
     r.created_ms = now_ms;
     r.key = std::move(n.key);
     r.spec = EncodeSpec(n.spec);
+    if (!spec || r.spec != spec_text) {
+      spec = std::make_shared<const JobSpec>(std::move(n.spec));
+      spec_text = r.spec;
+    }
     r.body = std::move(n.body);
     if (!r.key.empty()) {
       batch_keys.emplace(KeyOf(topic, r.key), r.id);
       pending_keys_.emplace(KeyOf(topic, r.key), r.id);
     }
     out[i] = {r.id, false};
-    Job* j = AddJob(r, JobState::kPending);
+    Job* j = AddJob(r, JobState::kPending, spec);
     ++j->pending_writes;
     created.push_back(j);
     writes.push_back(Mutation::Insert(std::move(r)));
@@ -124,6 +131,7 @@ JobInfo Engine::Info(const Job& j) const {
   JobInfo info;
   info.record = Record(j);
   info.record.body = *j.body;
+  if (j.extra) info.spec = j.extra->spec;
   switch (j.state) {
     case JobState::kReady:
       info.state = "ready";
@@ -150,6 +158,7 @@ JobInfo Engine::Info(const Job& j) const {
 JobInfo Engine::Info(JobRecord r) {
   JobInfo info;
   info.state = StoredStateName(r.state);
+  info.spec = DecodeSpec(r.spec);
   info.record = std::move(r);
   return info;
 }

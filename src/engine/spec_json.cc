@@ -265,25 +265,46 @@ Result<TopicSettings> ParseTopicSettings(const json& j) {
   return t;
 }
 
-json ToJson(const Target& t) {
-  json headers = json::object();
-  for (const auto& [k, v] : t.headers) headers[k] = v;
-  return {{"url", t.url}, {"method", t.method}, {"headers", headers}, {"timeout_ms", t.timeout_ms}};
+JsonWriter& WriteJson(JsonWriter& w, const Target& t) {
+  w.BeginObject();
+  w.Key("url").String(t.url);
+  w.Key("method").String(t.method);
+  w.Key("headers").BeginObject();
+  for (const auto& [k, v] : t.headers) w.Key(k).String(v);
+  w.EndObject();
+  w.Key("timeout_ms").Int(t.timeout_ms);
+  return w.EndObject();
 }
 
-json ToJson(const RetryPolicy& r) {
-  return {{"max_attempts", r.max_attempts},
-          {"initial_backoff_ms", r.initial_backoff_ms},
-          {"max_backoff_ms", r.max_backoff_ms},
-          {"multiplier", r.multiplier},
-          {"jitter", r.jitter},
-          {"retry_4xx", r.retry_4xx},
-          {"max_age_ms", r.max_age_ms}};
+JsonWriter& WriteJson(JsonWriter& w, const RetryPolicy& r) {
+  w.BeginObject();
+  w.Key("max_attempts").Uint(r.max_attempts);
+  w.Key("initial_backoff_ms").Int(r.initial_backoff_ms);
+  w.Key("max_backoff_ms").Int(r.max_backoff_ms);
+  w.Key("multiplier").Double(r.multiplier);
+  w.Key("jitter").Bool(r.jitter);
+  w.Key("retry_4xx").Bool(r.retry_4xx);
+  w.Key("max_age_ms").Int(r.max_age_ms);
+  return w.EndObject();
 }
+
+namespace {
+
+// The DOM form, for the rarely written topic settings: one writer above
+// defines the field names of both forms.
+template <typename T>
+json ToDom(const T& value) {
+  std::string text;
+  JsonWriter w(text);
+  WriteJson(w, value);
+  return json::parse(text);
+}
+
+}  // namespace
 
 json ToJson(const TopicSettings& s, bool with_secret) {
-  json j = {{"target", s.target ? ToJson(*s.target) : json(nullptr)},
-            {"retry", s.retry ? ToJson(*s.retry) : json(nullptr)},
+  json j = {{"target", s.target ? ToDom(*s.target) : json(nullptr)},
+            {"retry", s.retry ? ToDom(*s.retry) : json(nullptr)},
             {"ttr_ms", s.ttr_ms},
             {"rate_limit_per_s", s.rate_limit_per_s},
             {"max_concurrency", s.max_concurrency},
@@ -305,13 +326,16 @@ json ToJson(const TopicSettings& s, bool with_secret) {
 
 std::string EncodeSpec(const JobSpec& spec) {
   if (!spec.target && !spec.retry && spec.encoding == BodyEncoding::kRaw) return "";
-  json j = json::object();
-  if (spec.target) j["target"] = ToJson(*spec.target);
-  if (spec.retry) j["retry"] = ToJson(*spec.retry);
+  std::string text;
+  JsonWriter w(text);
+  w.BeginObject();
+  if (spec.target) WriteJson(w.Key("target"), *spec.target);
+  if (spec.retry) WriteJson(w.Key("retry"), *spec.retry);
   if (spec.encoding != BodyEncoding::kRaw) {
-    j["encoding"] = spec.encoding == BodyEncoding::kJson ? "json" : "base64";
+    w.Key("encoding").String(spec.encoding == BodyEncoding::kJson ? "json" : "base64");
   }
-  return j.dump();
+  w.EndObject();
+  return text;
 }
 
 std::shared_ptr<const JobSpec> DecodeSpec(const std::string& text) {

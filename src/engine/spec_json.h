@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/json_writer.h"
 #include "common/status.h"
 #include "engine/spec.h"
 
@@ -16,8 +17,8 @@ Result<Target> ParseTarget(const nlohmann::json& j, const std::string& prefix);
 Result<RetryPolicy> ParseRetry(const nlohmann::json& j, const std::string& prefix);
 Result<TopicSettings> ParseTopicSettings(const nlohmann::json& j);
 
-nlohmann::json ToJson(const Target& t);
-nlohmann::json ToJson(const RetryPolicy& r);
+JsonWriter& WriteJson(JsonWriter& w, const Target& t);
+JsonWriter& WriteJson(JsonWriter& w, const RetryPolicy& r);
 nlohmann::json ToJson(const TopicSettings& s, bool with_secret);
 
 // The stored form of a JobSpec ("" for a plain job) and back.

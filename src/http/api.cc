@@ -229,7 +229,7 @@ class PullWaiter final : public engine::ClientObserver {
   void OnReserved(const engine::JobView& job) override {
     boost::asio::post(io_, [this, id = job.id] {
       auto info = engine_.AdoptReservation(client_, id);
-      Finish(info.ok() ? JsonResponse(200, RenderJob(*info)) : ProblemResponse(info.status()));
+      Finish(info.ok() ? JsonTextResponse(200, RenderJob(*info)) : ProblemResponse(info.status()));
     });
   }
   void OnReserveTimedOut() override {
@@ -256,9 +256,13 @@ class PullWaiter final : public engine::ClientObserver {
 }  // namespace
 
 Response JsonResponse(int status, const json& body) {
+  return JsonTextResponse(status, body.dump());
+}
+
+Response JsonTextResponse(int status, std::string text) {
   Response r;
   r.status = status;
-  r.body = body.dump();
+  r.body = std::move(text);
   return r;
 }
 
@@ -372,7 +376,7 @@ void Api::Dispatch(size_t route, Call& c) {
 void Api::ReplyJob(const Reply& reply, uint64_t id, int status) {
   auto info = engine_.GetJob(id);
   if (!info.ok()) return reply(ProblemResponse(info.status()));
-  reply(JsonResponse(status, RenderJob(*info)));
+  reply(JsonTextResponse(status, RenderJob(*info)));
 }
 
 // ---------------------------------------------------------------- jobs
@@ -405,18 +409,23 @@ void Api::SubmitJobs(Call& c) {
       c.params[0], std::move(jobs),
       [this, batch, reply = std::move(c.reply)](Result<std::vector<engine::Submitted>> r) {
         if (!r.ok()) return reply(ProblemResponse(r.status()));
-        json out = json::array();
+        std::string out;
+        out.reserve(r->size() * 512);  // a job renders to ~400 bytes plus its body
+        JsonWriter w(out);
+        if (batch) w.BeginArray();
         bool any_new = false, all_dup = true;
         for (const engine::Submitted& s : *r) {
           auto info = engine_.GetJob(s.id);
           if (!info.ok()) return reply(ProblemResponse(info.status()));
-          json j = RenderJob(*info);
-          j["duplicate"] = s.duplicate;
-          out.push_back(std::move(j));
+          w.BeginObject();
+          WriteJobFields(w, *info);
+          w.Key("duplicate").Bool(s.duplicate);
+          w.EndObject();
           any_new = any_new || !s.duplicate;
           all_dup = all_dup && s.duplicate;
         }
-        Response res = JsonResponse(any_new ? 201 : 200, batch ? out : out[0]);
+        if (batch) w.EndArray();
+        Response res = JsonTextResponse(any_new ? 201 : 200, std::move(out));
         if (!batch) {
           res.headers.emplace_back("Location", "/v1/jobs/" + std::to_string((*r)[0].id));
         }
@@ -434,7 +443,7 @@ void Api::GetJob(Call& c) {
 void Api::GetByKey(Call& c) {
   auto info = engine_.GetByKey(c.params[0], c.params[1]);
   if (!info.ok()) return c.reply(ProblemResponse(info.status()));
-  c.reply(JsonResponse(200, RenderJob(*info)));
+  c.reply(JsonTextResponse(200, RenderJob(*info)));
 }
 
 void Api::PatchJob(Call& c) {
@@ -500,12 +509,18 @@ void Api::ListJobs(Call& c) {
   f.after_id = static_cast<uint64_t>(*cursor);
   auto page = engine_.List(f);
   if (!page.ok()) return c.reply(ProblemResponse(page.status()));
-  json jobs = json::array();
-  for (const auto& info : page->jobs) jobs.push_back(RenderJob(info));
-  c.reply(
-      JsonResponse(200, {{"jobs", std::move(jobs)},
-                         {"next_cursor", page->next_cursor ? json(std::to_string(page->next_cursor))
-                                                           : json(nullptr)}}));
+  std::string out;
+  JsonWriter w(out);
+  w.BeginObject().Key("jobs").BeginArray();
+  for (const auto& info : page->jobs) {
+    w.BeginObject();
+    WriteJobFields(w, info);
+    w.EndObject();
+  }
+  w.EndArray().Key("next_cursor");
+  page->next_cursor ? w.String(std::to_string(page->next_cursor)) : w.Null();
+  w.EndObject();
+  c.reply(JsonTextResponse(200, std::move(out)));
 }
 
 void Api::Action(Call& c, const std::string& action) {

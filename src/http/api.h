@@ -84,5 +84,6 @@ class Api final : public Handler {
 // A problem+json response (RFC 9457) for a failed status.
 Response ProblemResponse(const Status& s);
 Response JsonResponse(int status, const nlohmann::json& body);
+Response JsonTextResponse(int status, std::string text);  // `text` is JSON already
 
 }  // namespace delayd::http

@@ -197,44 +197,62 @@ Result<engine::JobPatch> ParseJobPatch(const json& j, const JobLimits& limits, i
   return p;
 }
 
-json RenderJob(const engine::JobInfo& info) {
+void WriteJobFields(JsonWriter& w, const engine::JobInfo& info) {
   const store::JobRecord& r = info.record;
-  auto spec = engine::DecodeSpec(r.spec);
-  json j = {{"id", r.id},
-            {"topic", r.tube},
-            {"key", r.key.empty() ? json(nullptr) : json(r.key)},
-            {"state", info.state},
-            {"priority", r.priority},
-            {"due_at", FormatRfc3339Ms(r.due_ms)},
-            {"created_at", FormatRfc3339Ms(r.created_ms)},
-            {"ttr_ms", r.ttr_ms},
-            {"attempts", r.counters.reserves},
-            {"target", spec && spec->target ? engine::ToJson(*spec->target) : json(nullptr)},
-            {"retry", spec && spec->retry ? engine::ToJson(*spec->retry) : json(nullptr)},
-            {"last_error", r.last_error.empty() ? json(nullptr) : json(r.last_error)}};
+  const engine::JobSpec* spec = info.spec.get();
+  w.Key("id").Uint(r.id);
+  w.Key("topic").String(r.tube);
+  w.Key("key");
+  r.key.empty() ? w.Null() : w.String(r.key);
+  w.Key("state").String(info.state);
+  w.Key("priority").Uint(r.priority);
+  w.Key("due_at").Time(r.due_ms);
+  w.Key("created_at").Time(r.created_ms);
+  w.Key("ttr_ms").Int(r.ttr_ms);
+  w.Key("attempts").Uint(r.counters.reserves);
+  w.Key("target");
+  spec && spec->target ? engine::WriteJson(w, *spec->target) : w.Null();
+  w.Key("retry");
+  spec && spec->retry ? engine::WriteJson(w, *spec->retry) : w.Null();
+  w.Key("last_error");
+  r.last_error.empty() ? w.Null() : w.String(r.last_error);
   // A body reads back as it was given: JSON stays JSON; bytes (and
-  // beanstalk bodies that are not JSON) come back as base64.
-  json body = json::value_t::discarded;
-  if (!spec || spec->encoding != BodyEncoding::kBase64) {
-    body = json::parse(r.body, nullptr, false);
-  }
-  if (!body.is_discarded() && !r.body.empty()) {
-    j["body"] = std::move(body);
+  // beanstalk bodies that are not JSON) come back as base64. A body given
+  // as JSON was stored as nlohmann's rendering of it, so it is embedded as
+  // it is; any other is checked first.
+  const engine::BodyEncoding encoding = spec ? spec->encoding : BodyEncoding::kRaw;
+  if (!r.body.empty() &&
+      (encoding == BodyEncoding::kJson ||
+       // nlohmann skips a byte-order mark that would make the reply invalid.
+       (encoding == BodyEncoding::kRaw && r.body[0] != '\xEF' && json::accept(r.body)))) {
+    w.Key("body").Raw(r.body);
   } else {
-    j["body_base64"] = Base64Encode(r.body);
+    w.Key("body_base64").String(Base64Encode(r.body));
   }
-  if (r.state == store::StoredState::kDone) j["done_at"] = FormatRfc3339Ms(r.done_ms);
+  if (r.state == store::StoredState::kDone) w.Key("done_at").Time(r.done_ms);
   if (std::string_view(info.state) == "reserved") {
-    j["lease"] = {{"lease", info.lease},
-                  {"expires_at", FormatRfc3339Ms(info.lease_until_ms)},
-                  {"holder", info.pushing ? "dispatcher" : "consumer"}};
+    w.Key("lease").BeginObject();
+    w.Key("lease").Uint(info.lease);
+    w.Key("expires_at").Time(info.lease_until_ms);
+    w.Key("holder").String(info.pushing ? "dispatcher" : "consumer");
+    w.EndObject();
   }
-  j["counters"] = {{"reserves", r.counters.reserves},
-                   {"timeouts", r.counters.timeouts},
-                   {"releases", r.counters.releases},
-                   {"buries", r.counters.buries},
-                   {"kicks", r.counters.kicks}};
-  return j;
+  w.Key("counters").BeginObject();
+  w.Key("reserves").Uint(r.counters.reserves);
+  w.Key("timeouts").Uint(r.counters.timeouts);
+  w.Key("releases").Uint(r.counters.releases);
+  w.Key("buries").Uint(r.counters.buries);
+  w.Key("kicks").Uint(r.counters.kicks);
+  w.EndObject();
+}
+
+std::string RenderJob(const engine::JobInfo& info) {
+  std::string out;
+  JsonWriter w(out);
+  w.BeginObject();
+  WriteJobFields(w, info);
+  w.EndObject();
+  return out;
 }
 
 std::string Base64Encode(std::string_view bytes) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/json_writer.h"
 #include "common/status.h"
 #include "engine/api_types.h"
 
@@ -22,7 +23,10 @@ Result<engine::NewJob> ParseNewJob(const nlohmann::json& j, const std::string& p
 Result<engine::JobPatch> ParseJobPatch(const nlohmann::json& j, const JobLimits& limits,
                                        int64_t now_ms);
 
-nlohmann::json RenderJob(const engine::JobInfo& info);
+// A job as it reads back. WriteJobFields writes its members into an object
+// the caller has opened, so a reply can add its own (`duplicate`).
+void WriteJobFields(JsonWriter& w, const engine::JobInfo& info);
+std::string RenderJob(const engine::JobInfo& info);
 
 std::string Base64Encode(std::string_view bytes);
 std::optional<std::string> Base64Decode(std::string_view text);
