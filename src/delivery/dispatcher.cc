@@ -15,12 +15,6 @@
 
 namespace delayd::delivery {
 
-namespace {
-// Without a topic's own cap, one topic may hold at most this share of the
-// deliveries in flight, so a hanging target cannot take every slot.
-constexpr double kDefaultTopicShare = 0.25;
-}  // namespace
-
 std::string Signature(const std::string& secret, int64_t unix_s, const std::string& body) {
   std::string message = std::to_string(unix_s) + "." + body;
   unsigned char mac[EVP_MAX_MD_SIZE];
@@ -103,17 +97,16 @@ void Dispatcher::Pump() {
 // topic has nothing ready, it is no longer runnable.
 bool Dispatcher::PumpTopic(const std::string& topic, TopicState& ts) {
   std::shared_ptr<const engine::TopicSettings> settings = engine_.SettingsOf(topic);
-  const uint32_t cap = settings && settings->max_concurrency > 0
-                           ? settings->max_concurrency
-                           : std::max<uint32_t>(1, static_cast<uint32_t>(options_.max_in_flight *
-                                                                         kDefaultTopicShare));
+  const size_t cap = settings && settings->max_concurrency > 0 ? settings->max_concurrency
+                                                               : options_.topic_concurrency;
   if (ts.in_flight >= cap) return false;
   const double rate = settings ? settings->rate_limit_per_s : 0;
   if (rate > 0) {
-    // Token bucket holding up to 20 ms of tokens (at least 2), so a late
-    // wake-up of the timer loses no tokens yet bursts stay small.
+    // Token bucket holding up to 100 ms of tokens (at least 2): a timer
+    // that wakes late (a busy or contended machine) loses no tokens, and a
+    // burst stays a tenth of a second's worth.
     const int64_t now_us = clock_.SteadyMicros();
-    const double capacity = std::max(2.0, rate * 0.02);
+    const double capacity = std::max(2.0, rate * 0.1);
     if (ts.rate != rate) {
       ts.rate = rate;
       ts.tokens = std::min(ts.tokens, capacity);

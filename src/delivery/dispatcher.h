@@ -26,6 +26,13 @@ namespace delayd::delivery {
 
 struct DispatcherOptions {
   size_t max_in_flight = 4096;  // deliveries at once, all topics together
+  // Deliveries at once for a topic whose settings give no max_concurrency.
+  // It keeps a hanging target from taking every slot, and it bounds the
+  // connections a burst opens to one target: on this 2-core machine a
+  // burst of 20k deliveries/s kept p99 lateness at 3-5 ms with 128 and
+  // 6-10 ms with 256, while 1024 (a quarter of the global cap, the old
+  // default) fell to 12k/s as connections were opened and churned.
+  size_t topic_concurrency = 128;
 };
 
 struct DispatcherStats {

@@ -2,6 +2,11 @@
 // its own. Connections are kept alive and reused; HTTP/2 is used over TLS
 // when the server offers it; each request has its own timeout.
 //
+// The thread drives curl with curl_multi_socket_action over its own epoll
+// set, so a loop turn costs what the sockets with activity cost: thousands
+// of transfers waiting on slow targets do not slow the others down (with
+// curl_multi_perform every turn walked every transfer).
+//
 // Threading: Send() from any thread; completions run through the executor
 // given at construction (the event loop).
 #pragma once
@@ -14,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace delayd::delivery {
@@ -39,7 +45,8 @@ class HttpClient {
   using Executor = std::function<void(std::function<void()>)>;
   using Callback = std::function<void(OutResult)>;
 
-  explicit HttpClient(Executor executor, size_t max_host_connections = 256);
+  // `max_connections`: idle connections kept open for reuse, all hosts together.
+  explicit HttpClient(Executor executor, size_t max_connections = 1024);
   ~HttpClient();  // abandons transfers in flight; their callbacks never run
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
@@ -50,13 +57,24 @@ class HttpClient {
  private:
   struct Transfer;
   void Loop();
+  void Start(std::unique_ptr<Transfer> t);
+  void Collect();  // hands finished transfers to the executor
+  void Wake();
+  static int OnSocket(void* easy, int fd, int what, void* self, void* socketp);
+  static int OnTimer(void* multi, long timeout_ms, void* self);
 
   Executor executor_;
-  size_t max_host_connections_;
+  size_t max_connections_;
   std::mutex mu_;
   std::deque<std::unique_ptr<Transfer>> queue_;  // guarded by mu_
   bool stopping_ = false;                        // guarded by mu_
   void* multi_ = nullptr;                        // CURLM*, created before the thread starts
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd: Send() and Stop() wake the thread
+  // Touched by the thread only:
+  int64_t timer_due_ms_ = -1;  // steady ms when curl wants its timeout action
+  std::unordered_map<void*, std::unique_ptr<Transfer>> active_;  // by CURL*
+  std::vector<void*> idle_;  // finished easy handles, kept for reuse
   std::thread thread_;
 };
 

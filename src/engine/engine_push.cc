@@ -2,6 +2,7 @@
 // through TakePush and reports each delivery through PushDone.
 #include <nlohmann/json.hpp>
 
+#include "common/json_writer.h"
 #include "engine/engine.h"
 
 namespace delayd::engine {
@@ -37,20 +38,38 @@ std::optional<PushLease> Engine::TakePush(const std::string& topic) {
 
 void Engine::AppendAttempt(Job* j, const Attempt& a) {
   if (!j->extra) j->extra = std::make_unique<JobExtra>();
-  nlohmann::json entry = {{"attempt", j->counters.reserves}, {"started_ms", a.started_ms},
-                          {"duration_ms", a.duration_ms},    {"outcome", a.outcome},
-                          {"http_status", a.http_status},    {"error", a.error}};
+  if (!a.error.empty()) j->extra->last_error = a.error;
+  std::string entry;
+  JsonWriter w(entry);
+  w.BeginObject();
+  w.Key("attempt").Uint(j->counters.reserves);
+  w.Key("started_ms").Int(a.started_ms);
+  w.Key("duration_ms").Int(a.duration_ms);
+  w.Key("outcome").String(a.outcome);
+  w.Key("http_status").Int(a.http_status);
+  w.Key("error").String(a.error);
+  w.EndObject();
+  // The log is a JSON array kept as text, and appending to it is text work:
+  // one delivery used to parse and re-render the whole log. Only a log that
+  // may have outgrown its limit (one entry per reservation) is parsed, to
+  // drop its oldest entries.
   std::string& log = j->extra->attempt_log;
-  nlohmann::json all =
-      log.empty() ? nlohmann::json::array() : nlohmann::json::parse(log, nullptr, false);
+  if (log.size() < 2 || log.front() != '[' || log.back() != ']') {
+    log = "[" + entry + "]";
+  } else {
+    log.pop_back();
+    if (log.size() > 1) log += ',';
+    log += entry;
+    log += ']';
+  }
+  if (j->counters.reserves <= options_.attempt_log_size) return;
+  nlohmann::json all = nlohmann::json::parse(log, nullptr, false);
   if (!all.is_array()) all = nlohmann::json::array();
-  all.push_back(std::move(entry));
   if (all.size() > options_.attempt_log_size) {
     all.erase(all.begin(),
               all.begin() + static_cast<std::ptrdiff_t>(all.size() - options_.attempt_log_size));
   }
   log = all.dump();
-  if (!a.error.empty()) j->extra->last_error = a.error;
 }
 
 void Engine::PushDone(uint64_t id, uint32_t attempt, const Attempt& a, bool success, bool dead,

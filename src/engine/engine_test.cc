@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "store/sqlite/sqlite_store.h"
 
@@ -498,6 +499,52 @@ TEST_F(EngineTest, DrainingRefusesPuts) {
   engine_->Put(c, 1, 0, 1000, "x", [&](Result<uint64_t> x) { out = x; });
   ASSERT_TRUE(out.has_value());
   EXPECT_EQ(out->status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(EngineTest, AttemptLogKeepsTheLatestAttemptsAndTheLastError) {
+  Stop();
+  Start({.attempt_log_size = 3});
+  NewJob n;
+  n.spec.target.emplace().url = "http://127.0.0.1:9/hook";
+  std::vector<NewJob> batch;
+  batch.push_back(std::move(n));
+  std::optional<Result<std::vector<Submitted>>> submitted;
+  engine_->Submit("push", std::move(batch), [&](auto r) { submitted = std::move(r); });
+  RunUntil([&] { return submitted.has_value(); });
+  ASSERT_TRUE(submitted->ok());
+  const uint64_t id = submitted->value()[0].id;
+  for (int i = 1; i <= 5; ++i) {
+    std::optional<PushLease> lease = engine_->TakePush("push");
+    ASSERT_TRUE(lease.has_value()) << "attempt " << i;
+    ASSERT_EQ(lease->attempt, static_cast<uint32_t>(i));
+    Attempt a{.started_ms = 1000 * i,
+              .duration_ms = 7,
+              .outcome = "retry",
+              .http_status = 503,
+              .error = "HTTP 503: \"busy\" #" + std::to_string(i)};
+    const bool last = i == 5;
+    EXPECT_TRUE(Await([&](Engine::Done d) {
+                  engine_->PushDone(id, lease->attempt, a, /*success=*/last, false, 0,
+                                    std::move(d));
+                }).ok());
+  }
+  Result<JobInfo> info = engine_->GetJob(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_STREQ(info->state, "done");
+  EXPECT_EQ(info->record.last_error, "HTTP 503: \"busy\" #5");
+  nlohmann::json log = nlohmann::json::parse(info->record.attempt_log);
+  ASSERT_EQ(log.size(), 3u) << log.dump();
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(log[k]["attempt"], 3 + k);
+    EXPECT_EQ(log[k]["started_ms"], 1000 * (3 + k));
+    EXPECT_EQ(log[k]["http_status"], 503);
+  }
+  // It survives a restart as stored.
+  Stop();
+  Start();
+  info = engine_->GetJob(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(nlohmann::json::parse(info->record.attempt_log), log);
 }
 
 }  // namespace

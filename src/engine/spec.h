@@ -54,7 +54,7 @@ struct TopicSettings {
   int64_t ttr_ms = 0;  // 0: the submitter's or the server default
   std::string signing_secret;
   double rate_limit_per_s = 0;   // 0: unlimited
-  uint32_t max_concurrency = 0;  // 0: unlimited
+  uint32_t max_concurrency = 0;  // 0: the server's --topic-concurrency
   std::optional<AlertRule> alert;
 };
 

@@ -23,10 +23,19 @@ Status LoadToml(const std::string& path, Config& config) {
   } catch (const toml::parse_error& e) {
     return Status::InvalidArgument(path + ": " + std::string(e.description()));
   }
-  static const std::set<std::string> kKnown = {
-      "data-dir",          "beanstalk",     "max-job-size", "max-connections", "horizon-ms",
-      "log-level",         "http",          "api-token",    "max-batch",       "max-request-bytes",
-      "done-retention-ms", "max-deliveries"};
+  static const std::set<std::string> kKnown = {"data-dir",
+                                               "beanstalk",
+                                               "max-job-size",
+                                               "max-connections",
+                                               "horizon-ms",
+                                               "log-level",
+                                               "http",
+                                               "api-token",
+                                               "max-batch",
+                                               "max-request-bytes",
+                                               "done-retention-ms",
+                                               "max-deliveries",
+                                               "topic-concurrency"};
   for (auto& [key, value] : t) {
     if (!kKnown.count(std::string(key.str()))) {
       return Status::InvalidArgument(path + ": unknown key '" + std::string(key.str()) + "'");
@@ -67,6 +76,7 @@ Status LoadToml(const std::string& path, Config& config) {
   if (Status s = integer("max-request-bytes", config.max_request_bytes, 1024); !s.ok()) return s;
   if (Status s = integer("done-retention-ms", config.done_retention_ms, 0); !s.ok()) return s;
   if (Status s = integer("max-deliveries", config.max_deliveries, 1); !s.ok()) return s;
+  if (Status s = integer("topic-concurrency", config.topic_concurrency, 1); !s.ok()) return s;
   for (auto [key, out] : {std::pair{"http", &config.http}, {"api-token", &config.api_token}}) {
     if (auto n = t[key]; n) {
       if (!n.is_string()) return type_error(key, "a string");
@@ -131,6 +141,10 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--max-deliveries", c.max_deliveries,
                  "Most push deliveries in flight at once (default 4096)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1'000'000}));
+  app.add_option("--topic-concurrency", c.topic_concurrency,
+                 "Most deliveries in flight for one topic whose settings set no max_concurrency "
+                 "(default 128)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1'000'000}));
   app.add_option("--log-level", c.log_level,
                  "trace, debug, info, warn, error or off (default info)")
       ->check(CLI::IsMember(kLogLevels));
@@ -177,6 +191,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--max-request-bytes")) c.max_request_bytes = file.max_request_bytes;
     if (!given("--done-retention-ms")) c.done_retention_ms = file.done_retention_ms;
     if (!given("--max-deliveries")) c.max_deliveries = file.max_deliveries;
+    if (!given("--topic-concurrency")) c.topic_concurrency = file.topic_concurrency;
     c.beanstalk = file.beanstalk;
   }
   if (!beanstalk.empty()) c.beanstalk = beanstalk;

@@ -22,6 +22,8 @@ TEST(ConfigTest, Defaults) {
   EXPECT_EQ(a.config.data_dir, "./data");
   EXPECT_EQ(a.config.beanstalk, std::vector<std::string>{"127.0.0.1:11300"});
   EXPECT_EQ(a.config.max_job_size, 65535u);
+  EXPECT_EQ(a.config.topic_concurrency, 128u);
+  EXPECT_TRUE(Parse({"--topic-concurrency", "0"}).exit) << "at least one delivery per topic";
 }
 
 TEST(ConfigTest, BeanstalkFlagRepeats) {
@@ -67,12 +69,14 @@ class TomlTest : public ::testing::Test {
 TEST_F(TomlTest, FileSetsKeysAndFlagsWin) {
   std::string p = Write(
       "data-dir = \"/var/lib/delayd\"\nbeanstalk = [\"127.0.0.1:0\"]\n"
-      "max-job-size = 1000\n");
-  ParsedArgs a = Parse({"--config", p, "--max-job-size", "2000"});
+      "max-job-size = 1000\ntopic-concurrency = 16\nmax-deliveries = 64\n");
+  ParsedArgs a = Parse({"--config", p, "--max-job-size", "2000", "--max-deliveries", "32"});
   ASSERT_FALSE(a.exit);
   EXPECT_EQ(a.config.data_dir, "/var/lib/delayd");
   EXPECT_EQ(a.config.beanstalk, std::vector<std::string>{"127.0.0.1:0"});
   EXPECT_EQ(a.config.max_job_size, 2000u);
+  EXPECT_EQ(a.config.topic_concurrency, 16u);
+  EXPECT_EQ(a.config.max_deliveries, 32u);
 }
 
 TEST_F(TomlTest, UnknownKeyIsAnError) {

@@ -115,7 +115,8 @@ Status Server::Start() {
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
   dispatcher_ = std::make_unique<delivery::Dispatcher>(
       io_, *engine_, *http_client_, clock_,
-      delivery::DispatcherOptions{.max_in_flight = config_.max_deliveries});
+      delivery::DispatcherOptions{.max_in_flight = config_.max_deliveries,
+                                  .topic_concurrency = config_.topic_concurrency});
   dispatcher_->Start();
   if (config_.http != "off") {
     http::ApiOptions ao;
