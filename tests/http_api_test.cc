@@ -1,7 +1,12 @@
 // The HTTP API as a client sees it: idempotent submission, modify and
 // delete, list filters and pagination, pull over HTTP, one engine behind two
 // front doors, the OpenAPI document, and every validation error.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <set>
 
@@ -186,6 +191,42 @@ TEST_F(HttpApiTest, OneEngineTwoFrontDoors) {
   EXPECT_EQ(got["body_base64"], "aGk=");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
   EXPECT_EQ(Call("POST", "/v1/topics/empty/reserve?timeout_ms=100").status, 204);
+}
+
+TEST_F(HttpApiTest, ALongPollWhoseClientHangsUpLeavesTheJobToOthers) {
+  auto waiting = [&] { return Ok("GET", "/v1/stats")["waiting_consumers"].get<int>(); };
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->http_port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string req =
+      "POST /v1/topics/hup/reserve?timeout_ms=30000 HTTP/1.1\r\nHost: x\r\n"
+      "Content-Length: 0\r\n\r\n";
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  ASSERT_TRUE(WaitUntil([&] { return waiting() == 1; }, 5s)) << "the long poll never waited";
+  ::close(fd);
+  ASSERT_TRUE(WaitUntil([&] { return waiting() == 0; }, 5s))
+      << "the server kept waiting for a client that had gone";
+  // The job goes to a client that is there, not to the one that left.
+  json put = Ok("POST", "/v1/topics/hup/jobs", {{"body", "x"}}, 201);
+  json got = Ok("POST", "/v1/topics/hup/reserve?timeout_ms=5000");
+  EXPECT_EQ(got["id"], put["id"]);
+}
+
+TEST_F(HttpApiTest, SigtermAnswersAWaitingLongPollAndExitsPromptly) {
+  HttpReply reply;
+  std::thread poll([&] { reply = Call("POST", "/v1/topics/quiet/reserve?timeout_ms=30000"); });
+  ASSERT_TRUE(
+      WaitUntil([&] { return Ok("GET", "/v1/stats")["waiting_consumers"].get<int>() == 1; }, 5s));
+  auto start = std::chrono::steady_clock::now();
+  int status = server_->Terminate();
+  poll.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_EQ(reply.status, 503) << reply.body;
+  EXPECT_EQ(reply.json()["type"], "https://delayd.dev/problems/unavailable") << reply.body;
 }
 
 TEST_F(HttpApiTest, EveryValidationErrorNamesItsFieldAndChangesNothing) {

@@ -211,14 +211,28 @@ Status CheckTopicName(const std::string& name) {
   return Status::Ok();
 }
 
+}  // namespace
+
 // Waits for one HTTP reserve: an engine client watching the asked-for topics
 // for the request's duration. The won reservation moves to the engine's HTTP
-// holder, so it outlives the request.
-class PullWaiter final : public engine::ClientObserver {
+// holder, so it outlives the request. If the client hangs up first, the
+// waiter leaves at once, and a job it won meanwhile goes back to ready.
+class PullWaiter final : public engine::ClientObserver,
+                         public std::enable_shared_from_this<PullWaiter> {
  public:
-  PullWaiter(boost::asio::io_context& io, engine::Engine& engine, Handler::Reply reply)
-      : io_(io), engine_(engine), reply_(std::move(reply)) {}
-  void Start(const std::vector<std::string>& topics, int64_t timeout_ms) {
+  // `waiters` holds the waiter until it replies.
+  PullWaiter(boost::asio::io_context& io, engine::Engine& engine, Handler::Reply reply,
+             std::unordered_set<std::shared_ptr<PullWaiter>>& waiters)
+      : io_(io), engine_(engine), reply_(std::move(reply)), waiters_(waiters) {}
+  void Start(const std::vector<std::string>& topics, int64_t timeout_ms, Hangup& hangup) {
+    waiters_.insert(shared_from_this());
+    hangup.on_hangup = [weak = weak_from_this()] {
+      if (auto self = weak.lock()) {
+        Response r;
+        r.status = 499;  // nginx's "client closed request"; nobody reads it
+        self->Finish(std::move(r));
+      }
+    };
     client_ = engine_.Connect(this);
     for (const auto& t : topics) engine_.Watch(client_, t);
     if (std::find(topics.begin(), topics.end(), "default") == topics.end()) {
@@ -226,34 +240,40 @@ class PullWaiter final : public engine::ClientObserver {
     }
     engine_.Reserve(client_, timeout_ms);
   }
+  // The engine calls these from inside its own calls: act on the next turn.
   void OnReserved(const engine::JobView& job) override {
-    boost::asio::post(io_, [this, id = job.id] {
-      auto info = engine_.AdoptReservation(client_, id);
-      Finish(info.ok() ? JsonTextResponse(200, RenderJob(*info)) : ProblemResponse(info.status()));
+    boost::asio::post(io_, [self = shared_from_this(), id = job.id] {
+      if (self->finished_) return;  // hung up: Finish gave the job back
+      auto info = self->engine_.AdoptReservation(self->client_, id);
+      self->Finish(info.ok() ? JsonTextResponse(200, RenderJob(*info))
+                             : ProblemResponse(info.status()));
     });
   }
   void OnReserveTimedOut() override {
-    boost::asio::post(io_, [this] {
+    boost::asio::post(io_, [self = shared_from_this()] {
       Response r;
       r.status = 204;
-      Finish(std::move(r));
+      self->Finish(std::move(r));
     });
   }
   void OnDeadlineSoon() override { OnReserveTimedOut(); }
 
- private:
   void Finish(Response r) {
-    engine_.Disconnect(client_);
+    if (finished_) return;
+    finished_ = true;
+    engine_.Disconnect(client_);  // returns a job won but not adopted to ready
     reply_(std::move(r));
-    delete this;
+    waiters_.erase(shared_from_this());
   }
+
+ private:
   boost::asio::io_context& io_;
   engine::Engine& engine_;
   Handler::Reply reply_;
   engine::Client* client_ = nullptr;
+  std::unordered_set<std::shared_ptr<PullWaiter>>& waiters_;
+  bool finished_ = false;
 };
-
-}  // namespace
 
 Response JsonResponse(int status, const json& body) {
   return JsonTextResponse(status, body.dump());
@@ -572,8 +592,13 @@ void Api::Reserve(Call& c) {
       if (std::find(topics.begin(), topics.end(), name) == topics.end()) topics.push_back(name);
     }
   }
-  auto* waiter = new PullWaiter(io_, engine_, std::move(c.reply));  // deletes itself
-  waiter->Start(topics, *timeout);
+  auto waiter = std::make_shared<PullWaiter>(io_, engine_, std::move(c.reply), waiters_);
+  waiter->Start(topics, *timeout, *c.req.hangup);
+}
+
+void Api::EndLongPolls() {
+  std::vector<std::shared_ptr<PullWaiter>> all(waiters_.begin(), waiters_.end());
+  for (auto& w : all) w->Finish(ProblemResponse(Status::Unavailable("delayd is shutting down")));
 }
 
 void Api::Settle(Call& c, engine::Engine::Settle how) {

@@ -7,7 +7,9 @@
 
 #include <boost/asio/io_context.hpp>
 #include <functional>
+#include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/engine.h"
@@ -19,6 +21,8 @@ class Dispatcher;
 }
 
 namespace delayd::http {
+
+class PullWaiter;
 
 struct ApiOptions {
   std::string token;        // non-empty: every /v1 route needs "Authorization: Bearer <token>"
@@ -40,6 +44,9 @@ class Api final : public Handler {
       delivery::Dispatcher* dispatcher, std::function<nlohmann::json()> server_stats,
       ApiOptions options);
   void Handle(Request req, Reply reply) override;
+
+  // Shutting down: every waiting HTTP reserve answers 503 now.
+  void EndLongPolls();
 
   static const std::vector<RouteSpec>& Routes();
   static const std::string& OpenApiDocument();
@@ -79,6 +86,7 @@ class Api final : public Handler {
   delivery::Dispatcher* dispatcher_;
   std::function<nlohmann::json()> server_stats_;
   ApiOptions options_;
+  std::unordered_set<std::shared_ptr<PullWaiter>> waiters_;  // HTTP reserves still waiting
 };
 
 // A problem+json response (RFC 9457) for a failed status.

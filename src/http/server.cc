@@ -1,6 +1,7 @@
 #include "http/server.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -10,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <set>
 #include <utility>  // before asio/awaitable.hpp: Boost 1.74 needs std::exchange
 
@@ -76,6 +78,21 @@ struct Server::Impl {
     return r;
   }
 
+  // While a request waits for its reply, a readable socket means the client
+  // hung up (EOF or reset) or sent its next request early (pipelining, which
+  // ends the watch). Only the first case calls the handler's on_hangup.
+  static void WatchForHangup(tcp::socket& socket, std::shared_ptr<Hangup> hangup,
+                             std::shared_ptr<bool> replied) {
+    const int fd = socket.native_handle();
+    socket.async_wait(tcp::socket::wait_read, [fd, hangup, replied](boost::system::error_code ec) {
+      if (ec || *replied) return;
+      char c;
+      ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return;
+      if (auto f = std::exchange(hangup->on_hangup, nullptr)) f();
+    });
+  }
+
   asio::awaitable<void> Session(tcp::socket socket) {
     beast::tcp_stream stream(std::move(socket));
     streams.insert(&stream);
@@ -117,7 +134,11 @@ struct Server::Impl {
         req.content_type = std::string(msg[bhttp::field::content_type]);
         req.body = std::move(msg.body());
         stream.expires_never();
+        auto replied = std::make_shared<bool>(false);
+        WatchForHangup(stream.socket(), req.hangup, replied);
         res = co_await AsyncHandle(handler, std::move(req), asio::use_awaitable);
+        *replied = true;
+        stream.socket().cancel(ec);  // the hang-up watch
       }
       bhttp::response<bhttp::string_body> out;
       out.version(version);
@@ -200,5 +221,7 @@ void Server::CloseAll() {
 }
 
 size_t Server::connections() const { return impl_->streams.size(); }
+
+size_t Server::busy_connections() const { return impl_->streams.size() - impl_->idle.size(); }
 
 }  // namespace delayd::http

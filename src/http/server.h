@@ -16,6 +16,14 @@
 
 namespace delayd::http {
 
+// Tells a handler that answers later (a long poll) that its client closed
+// the connection meanwhile. The server sets `on_hangup` to nothing; a
+// handler may set it, and it then runs at most once, on the loop thread.
+// The handler still replies (the reply is dropped).
+struct Hangup {
+  std::function<void()> on_hangup;
+};
+
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string path;    // decoded? no: the raw path, without the query
@@ -23,6 +31,7 @@ struct Request {
   std::string authorization;
   std::string content_type;
   std::string body;
+  std::shared_ptr<Hangup> hangup = std::make_shared<Hangup>();
 };
 
 struct Response {
@@ -60,6 +69,9 @@ class Server {
   // Closes idle connections now; busy ones close after their reply.
   void CloseAll();
   size_t connections() const;
+  // Connections with a request in progress: read, waiting for its reply, or
+  // writing it.
+  size_t busy_connections() const;
 
  private:
   struct Impl;

@@ -184,14 +184,18 @@ void Server::Shutdown() {
   if (http_server_) http_server_->StopAccepting();
   dispatcher_->Stop();
   purge_timer_.cancel();
-  // New puts on open connections now get DRAINING; let replies already
-  // owed (waiting for the store) go out, for up to 5 seconds.
+  // New puts on open connections now get DRAINING (HTTP: 503); let replies
+  // already owed (waiting for the store) go out, for up to 5 seconds. HTTP
+  // long polls would wait their full timeout: they end now.
   engine_->SetDraining(true);
+  if (api_) api_->EndLongPolls();
   WaitForQuiet(500);
 }
 
 void Server::WaitForQuiet(int attempts_left) {
-  if (listener_->BusySessions() > 0 && attempts_left > 0) {
+  const size_t busy =
+      listener_->BusySessions() + (http_server_ ? http_server_->busy_connections() : 0);
+  if (busy > 0 && attempts_left > 0) {
     shutdown_timer_.expires_after(std::chrono::milliseconds(10));
     shutdown_timer_.async_wait(
         [this, attempts_left](boost::system::error_code) { WaitForQuiet(attempts_left - 1); });
