@@ -71,12 +71,19 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
       auto existing = store_.GetByKey(topic, n.key);
       if (!existing.ok()) return done(existing.status());
       if (const auto& rec = existing.value()) {
-        if (rec->state != StoredState::kDone ||
-            rec->done_ms + options_.done_retention_ms > now_ms) {
-          out[i] = {rec->id, true};
-          continue;
+        // A job cancelled a moment ago may still be in the store; its delete
+        // is queued ahead of this insert, so the key is free already.
+        auto old = jobs_.find(rec->id);
+        const bool cancelled = old != jobs_.end() && old->second->state == JobState::kDeleting &&
+                               old->second->extra && old->second->extra->cancelled;
+        if (!cancelled) {
+          if (rec->state != StoredState::kDone ||
+              rec->done_ms + options_.done_retention_ms > now_ms) {
+            out[i] = {rec->id, true};
+            continue;
+          }
+          writes.push_back(Mutation::Delete(rec->id));  // an expired done record frees its key
         }
-        writes.push_back(Mutation::Delete(rec->id));  // an expired done record frees its key
       }
     }
     int64_t ttr_ms = n.ttr_ms;
@@ -300,6 +307,7 @@ void Engine::Remove(uint64_t id, Done done) {
   Detach(j);
   ++j->tube->deletes;
   j->state = JobState::kDeleting;
+  if (j->extra) j->extra->cancelled = true;
   Write(j, Mutation::Delete(id), std::move(done));
 }
 

@@ -547,5 +547,34 @@ TEST_F(EngineTest, AttemptLogKeepsTheLatestAttemptsAndTheLastError) {
   EXPECT_EQ(nlohmann::json::parse(info->record.attempt_log), log);
 }
 
+TEST_F(EngineTest, AKeyIsFreeAsSoonAsItsJobIsCancelledNotOnlyWhenDurable) {
+  using Outcome = std::optional<Result<std::vector<Submitted>>>;
+  auto submit = [&](Outcome& out) {
+    NewJob n;
+    n.key = "order-1";
+    std::vector<NewJob> batch;
+    batch.push_back(std::move(n));
+    engine_->Submit("t", std::move(batch), [&out](auto r) { out = std::move(r); });
+  };
+  Outcome first;
+  submit(first);
+  RunUntil([&] { return first.has_value(); });
+  ASSERT_TRUE(first->ok());
+  const uint64_t old_id = first->value()[0].id;
+  // Cancel, and before the delete is durable, submit the same key again.
+  std::optional<Status> removed;
+  engine_->Remove(old_id, [&](const Status& s) { removed = s; });
+  Outcome again;
+  submit(again);
+  RunUntil([&] { return removed.has_value() && again.has_value(); });
+  ASSERT_TRUE(removed->ok());
+  ASSERT_TRUE(again->ok()) << again->status().ToString();
+  EXPECT_FALSE(again->value()[0].duplicate);
+  EXPECT_NE(again->value()[0].id, old_id);
+  Result<JobInfo> by_key = engine_->GetByKey("t", "order-1");
+  ASSERT_TRUE(by_key.ok());
+  EXPECT_EQ(by_key->record.id, again->value()[0].id);
+}
+
 }  // namespace
 }  // namespace delayd::engine

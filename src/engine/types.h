@@ -45,6 +45,7 @@ struct JobExtra {
   std::string spec_text;                // spec in its stored form
   std::string attempt_log;              // JSON array, latest attempts last
   std::string last_error;
+  bool cancelled = false;  // deleted over the API: its key is free once the delete is queued
 };
 
 // beanstalkd: priorities below this count as urgent.
