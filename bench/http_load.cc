@@ -222,6 +222,22 @@ long Arg(int argc, char** argv, const char* name, long dflt) {
   return text ? atol(text) : dflt;
 }
 
+// The machine's CPU steal (time the hypervisor gave to other guests) as
+// {steal, total} jiffies; on a shared VM it explains outliers.
+std::pair<long long, long long> CpuSteal() {
+  long long v[8] = {0};
+  if (FILE* f = fopen("/proc/stat", "r")) {
+    if (fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4],
+               &v[5], &v[6], &v[7]) != 8) {
+      v[7] = 0;
+    }
+    fclose(f);
+  }
+  long long total = 0;
+  for (long long x : v) total += x;
+  return {v[7], total};
+}
+
 // Jobs in batches of `batch` over `conns` connections; returns jobs/s.
 double Submit(int port, const std::string& topic, long jobs, long batch, long conns,
               const std::function<std::string(long i)>& job) {
@@ -304,6 +320,9 @@ int main(int argc, char** argv) {
       fprintf(stderr, "submitting took longer than --lead-ms; raise it\n");
       return 1;
     }
+    // Steal is measured over the delivery window: from the first due time on.
+    std::this_thread::sleep_until(system_clock::time_point(milliseconds(base)));
+    const auto steal0 = CpuSteal();
     const auto deadline = steady_clock::now() + seconds(120);
     while (static_cast<long>(rx.count()) < jobs) {
       if (steady_clock::now() > deadline) {
@@ -312,6 +331,11 @@ int main(int argc, char** argv) {
       }
       std::this_thread::sleep_for(milliseconds(10));
     }
+    const auto steal1 = CpuSteal();
+    const double steal_pct = steal1.second > steal0.second
+                                 ? 100.0 * (steal1.first - steal0.first) /
+                                       static_cast<double>(steal1.second - steal0.second)
+                                 : 0;
     std::vector<FastReceiver::Hit> got = rx.hits();
     if (const char* path = ArgText(argc, argv, "--dump")) {
       // One line per delivery, for looking at lateness over time.
@@ -332,11 +356,11 @@ int main(int argc, char** argv) {
     double secs = (last_us - first_us) / 1e6;
     printf(
         "deliver jobs=%ld submit_per_s=%.0f deliveries_per_s=%.0f (over %.2f s) lateness_ms "
-        "p50=%.2f p99=%.2f max=%.2f early=%ld\n",
+        "p50=%.2f p99=%.2f max=%.2f early=%ld cpu_steal=%.1f%%\n",
         jobs, submit_rate, (jobs - 1) / secs, secs, late[late.size() / 2] / 1000.0,
         late[late.size() * 99 / 100] / 1000.0, late.back() / 1000.0,
-        static_cast<long>(
-            std::count_if(late.begin(), late.end(), [](int64_t l) { return l < 0; })));
+        static_cast<long>(std::count_if(late.begin(), late.end(), [](int64_t l) { return l < 0; })),
+        steal_pct);
     return 0;
   }
   fprintf(stderr, "unknown mode %s\n", mode.c_str());
