@@ -79,6 +79,21 @@ class FlakyStore final : public store::Store {
                                                    size_t l) override {
     return real_.FarDelayed(t, a, l);
   }
+  Result<std::optional<store::TimerRecord>> GetTimer(uint64_t id) override {
+    return real_.GetTimer(id);
+  }
+  Result<std::optional<store::TimerRecord>> GetTimerByName(const std::string& n) override {
+    return real_.GetTimerByName(n);
+  }
+  Result<std::vector<store::TimerRecord>> ListTimers(uint64_t a, size_t l) override {
+    return real_.ListTimers(a, l);
+  }
+  Result<std::vector<store::TimerRecord>> TimersDue(int64_t b, size_t l) override {
+    return real_.TimersDue(b, l);
+  }
+  Result<std::vector<store::TimerFire>> TimerFires(uint64_t id, size_t l) override {
+    return real_.TimerFires(id, l);
+  }
   store::StoreStats stats() const override { return real_.stats(); }
   void Close() override { real_.Close(); }
   bool failing = false;

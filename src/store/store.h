@@ -20,6 +20,7 @@
 
 #include "common/status.h"
 #include "store/job_record.h"
+#include "store/timer_record.h"
 
 namespace delayd::store {
 
@@ -31,16 +32,22 @@ struct Mutation {
     kDelete,
     kPauseTube,
     kTopicSettings,
-    kPurgeDone,  // removes done jobs that finished before `before_ms`
+    kPurgeDone,     // removes done jobs that finished before `before_ms`
+    kTimerPut,      // inserts or replaces `timer` (by id); fails on a taken name
+    kTimerDelete,   // removes timer `id` and its fires
+    kTimerAdvance,  // sets `timer`'s next and last fire times and records `fires`;
+                    // fails if one of those fire times was recorded before
   };
   Kind kind = Kind::kInsert;
-  JobRecord job;           // kInsert, kUpdate, kReplace
-  uint64_t id = 0;         // kDelete
-  std::string tube;        // kPauseTube, kTopicSettings
-  int64_t pause_ms = 0;    // kPauseTube: the pause length asked for
-  int64_t unpause_ms = 0;  // kPauseTube: wall ms when the pause ends
-  std::string settings;    // kTopicSettings: stored form; empty removes them
-  int64_t before_ms = 0;   // kPurgeDone
+  JobRecord job;                 // kInsert, kUpdate, kReplace
+  uint64_t id = 0;               // kDelete
+  std::string tube;              // kPauseTube, kTopicSettings
+  int64_t pause_ms = 0;          // kPauseTube: the pause length asked for
+  int64_t unpause_ms = 0;        // kPauseTube: wall ms when the pause ends
+  std::string settings;          // kTopicSettings: stored form; empty removes them
+  int64_t before_ms = 0;         // kPurgeDone
+  TimerRecord timer;             // kTimerPut; kTimerAdvance: id, next_fire_ms, last_fire_ms
+  std::vector<TimerFire> fires;  // kTimerAdvance
 
   static Mutation Insert(JobRecord j) { return Of(Kind::kInsert, std::move(j)); }
   static Mutation Update(JobRecord j) { return Of(Kind::kUpdate, std::move(j)); }
@@ -68,6 +75,28 @@ struct Mutation {
     Mutation m;
     m.kind = Kind::kDelete;
     m.id = id;
+    return m;
+  }
+  static Mutation TimerPut(TimerRecord t) {
+    Mutation m;
+    m.kind = Kind::kTimerPut;
+    m.timer = std::move(t);
+    return m;
+  }
+  static Mutation TimerDelete(uint64_t id) {
+    Mutation m;
+    m.kind = Kind::kTimerDelete;
+    m.id = id;
+    return m;
+  }
+  static Mutation TimerAdvance(uint64_t id, int64_t next_fire_ms, int64_t last_fire_ms,
+                               std::vector<TimerFire> fires) {
+    Mutation m;
+    m.kind = Kind::kTimerAdvance;
+    m.timer.id = id;
+    m.timer.next_fire_ms = next_fire_ms;
+    m.timer.last_fire_ms = last_fire_ms;
+    m.fires = std::move(fires);
     return m;
   }
   static Mutation PauseTube(std::string tube, int64_t pause_ms, int64_t unpause_ms) {
@@ -102,7 +131,8 @@ struct Recovered {
   std::vector<FarCount> far;      // delayed jobs due after the horizon minute, per tube
   std::vector<TubePause> pauses;  // pauses not yet over
   std::vector<TubeSettings> settings;
-  uint64_t next_id = 1;  // larger than every id ever handed out
+  uint64_t next_id = 1;        // larger than every id ever handed out
+  uint64_t next_timer_id = 1;  // larger than every timer id ever handed out
 };
 
 // A filtered page of jobs, in id order. Unset filters match everything.
@@ -148,6 +178,16 @@ class Store {
   // Delayed jobs of `tube` due after `after_minute`, earliest first.
   virtual Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
                                                     size_t limit) = 0;
+
+  // Timers, read synchronously like jobs.
+  virtual Result<std::optional<TimerRecord>> GetTimer(uint64_t id) = 0;
+  virtual Result<std::optional<TimerRecord>> GetTimerByName(const std::string& name) = 0;
+  // A page of timers in id order, after `after_id`.
+  virtual Result<std::vector<TimerRecord>> ListTimers(uint64_t after_id, size_t limit) = 0;
+  // Timers with a next fire before `before_ms`, soonest first.
+  virtual Result<std::vector<TimerRecord>> TimersDue(int64_t before_ms, size_t limit) = 0;
+  // The latest fires of a timer, newest first.
+  virtual Result<std::vector<TimerFire>> TimerFires(uint64_t timer_id, size_t limit) = 0;
 
   virtual StoreStats stats() const = 0;
 

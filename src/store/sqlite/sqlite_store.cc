@@ -59,6 +59,31 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_key ON jobs(tube, key) WHERE key IS NOT N
 CREATE INDEX IF NOT EXISTS jobs_done ON jobs(done_ms) WHERE state = 3;
 )sql";
 
+// Recurring timers and the fires they handled. The primary key of
+// timer_fires makes "one fire per fire time" a property of the store too.
+constexpr const char* kTimerSchema = R"sql(
+CREATE TABLE IF NOT EXISTS timers (
+  id           INTEGER PRIMARY KEY,
+  name         TEXT    NOT NULL UNIQUE,
+  definition   TEXT    NOT NULL,
+  next_fire_ms INTEGER NOT NULL,
+  last_fire_ms INTEGER NOT NULL,
+  created_ms   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS timers_next ON timers(next_fire_ms) WHERE next_fire_ms > 0;
+CREATE TABLE IF NOT EXISTS timer_fires (
+  timer_id INTEGER NOT NULL,
+  fire_ms  INTEGER NOT NULL,
+  job_id   INTEGER NOT NULL,
+  outcome  TEXT    NOT NULL,
+  at_ms    INTEGER NOT NULL,
+  PRIMARY KEY (timer_id, fire_ms)
+) WITHOUT ROWID;
+)sql";
+
+constexpr const char* kTimerColumns =
+    "id, name, definition, next_fire_ms, last_fire_ms, created_ms";
+
 constexpr const char* kJobColumns =
     "id, tube, pri, state, due_ms, delay_ms, ttr_ms, created_ms, reserves, timeouts, releases, "
     "buries, kicks, body, key, spec, attempt_log, last_error, done_ms";
@@ -113,11 +138,17 @@ class Stmt {
     }
   }
   // Runs a statement that returns no rows.
+  // A constraint violation (a taken key or name) is a Conflict; any other
+  // failure an IoError.
   Status Run(const char* what) {
     int rc = sqlite3_step(stmt_);
+    Status s = rc == SQLITE_DONE ? Status::Ok() : SqlError(db_, what);
+    if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+      s = Status::Conflict(std::string(what) + ": " + sqlite3_errmsg(db_));
+    }
     sqlite3_reset(stmt_);
     sqlite3_clear_bindings(stmt_);
-    return rc == SQLITE_DONE ? Status::Ok() : SqlError(db_, what);
+    return s;
   }
   // Steps a query: true while there is a row; resets at the end or on error.
   bool Step(Status* status) {
@@ -197,14 +228,29 @@ JobRecord ReadJob(sqlite3_stmt* s) {
   return j;
 }
 
-// Steps a bound query to its end, collecting its rows.
-Result<std::vector<JobRecord>> ReadJobs(Stmt& q) {
+TimerRecord ReadTimer(sqlite3_stmt* s) {
+  TimerRecord t;
+  t.id = static_cast<uint64_t>(sqlite3_column_int64(s, 0));
+  t.name = ColumnText(s, 1);
+  t.definition = ColumnText(s, 2);
+  t.next_fire_ms = sqlite3_column_int64(s, 3);
+  t.last_fire_ms = sqlite3_column_int64(s, 4);
+  t.created_ms = sqlite3_column_int64(s, 5);
+  return t;
+}
+
+// Steps a bound query to its end, collecting its rows read by `read`.
+template <typename Read>
+auto ReadRows(Stmt& q, Read read) -> Result<std::vector<decltype(read(q.get()))>> {
   Status status;
-  std::vector<JobRecord> out;
-  while (q.Step(&status)) out.push_back(ReadJob(q.get()));
+  std::vector<decltype(read(q.get()))> out;
+  while (q.Step(&status)) out.push_back(read(q.get()));
   if (!status.ok()) return status;
   return out;
 }
+
+Result<std::vector<TimerRecord>> ReadTimers(Stmt& q) { return ReadRows(q, ReadTimer); }
+Result<std::vector<JobRecord>> ReadJobs(Stmt& q) { return ReadRows(q, ReadJob); }
 
 Status OpenDb(const std::string& path, int cache_kib, sqlite3** db) {
   int rc = sqlite3_open_v2(
@@ -235,7 +281,9 @@ Status OpenDb(const std::string& path, int cache_kib, sqlite3** db) {
 class SqliteStore::Statements {
  public:
   Stmt insert, update, replace, remove, pause, settings, purge, set_next_id;  // writer
-  Stmt get, get_by_key, load_minute, far_delayed;                             // reader
+  Stmt timer_put, timer_delete, timer_delete_fires, timer_advance, fire_insert, fire_prune,
+      set_next_timer_id;                           // writer
+  Stmt get, get_by_key, load_minute, far_delayed;  // reader
 
   Status PrepareWriter(sqlite3* db) {
     Status s = insert.Prepare(
@@ -266,6 +314,31 @@ class SqliteStore::Statements {
                             std::to_string(kPurgeChunk) + ")");
     if (s.ok())
       s = set_next_id.Prepare(db, "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_id', ?)");
+    if (s.ok())
+      s = timer_put.Prepare(
+          db,
+          "INSERT INTO timers (id, name, definition, next_fire_ms, last_fire_ms, created_ms) "
+          "VALUES (?1,?2,?3,?4,?5,?6) ON CONFLICT(id) DO UPDATE SET name=?2, definition=?3, "
+          "next_fire_ms=?4, last_fire_ms=?5");
+    if (s.ok()) s = timer_delete.Prepare(db, "DELETE FROM timers WHERE id=?");
+    if (s.ok()) s = timer_delete_fires.Prepare(db, "DELETE FROM timer_fires WHERE timer_id=?");
+    if (s.ok())
+      s = timer_advance.Prepare(db,
+                                "UPDATE timers SET next_fire_ms=?2, last_fire_ms=?3 WHERE id=?1");
+    if (s.ok())
+      s = fire_insert.Prepare(db,
+                              "INSERT INTO timer_fires (timer_id, fire_ms, job_id, outcome, at_ms) "
+                              "VALUES (?,?,?,?,?)");
+    if (s.ok())
+      s = fire_prune.Prepare(db,
+                             "DELETE FROM timer_fires WHERE timer_id=?1 AND fire_ms < (SELECT "
+                             "fire_ms FROM timer_fires WHERE timer_id=?1 ORDER BY fire_ms DESC "
+                             "LIMIT 1 OFFSET " +
+                                 std::to_string(kTimerFiresKept - 1) + ")");
+    if (s.ok())
+      s = set_next_timer_id.Prepare(db,
+                                    "INSERT INTO meta (key, value) VALUES ('next_timer_id', ?1) "
+                                    "ON CONFLICT(key) DO UPDATE SET value=max(value, ?1)");
     return s;
   }
   Status PrepareReader(sqlite3* db) {
@@ -294,6 +367,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteOptions options, Ex
   if (s.ok()) s = Exec(store->write_db_, kSchema);
   if (s.ok()) s = store->AddMissingColumns();
   if (s.ok()) s = Exec(store->write_db_, kIndexes);
+  if (s.ok()) s = Exec(store->write_db_, kTimerSchema);
   // A damaged file shows up here rather than at the first write.
   if (s.ok()) s = Exec(store->write_db_, "SELECT count(*) FROM meta");
   if (s.ok()) s = OpenDb(store->options_.path, store->options_.read_cache_kib, &store->read_db_);
@@ -387,6 +461,20 @@ Result<Recovered> SqliteStore::Recover(int64_t horizon_minute) {
     }
     if (!status.ok()) return status;
   }
+  {
+    Stmt q;
+    Status s =
+        q.Prepare(read_db_,
+                  "SELECT max(coalesce((SELECT value FROM meta WHERE key='next_timer_id'), 1), "
+                  "coalesce((SELECT max(id) FROM timers), 0) + 1)");
+    if (!s.ok()) return s;
+    if (q.Step(&status)) {
+      r.next_timer_id = static_cast<uint64_t>(sqlite3_column_int64(q.get(), 0));
+      while (q.Step(&status)) {
+      }
+    }
+    if (!status.ok()) return status;
+  }
   return r;
 }
 
@@ -398,7 +486,7 @@ void SqliteStore::Submit(Mutation m, Done done) {
       executor_([done = std::move(done)] { done(Status::Unavailable("store closed")); });
       return;
     }
-    queue_.push_back({std::move(m), {}, std::move(done)});
+    queue_.push_back({std::move(m), {}, std::move(done), Status::Ok()});
   }
   cv_.notify_one();
 }
@@ -416,7 +504,7 @@ void SqliteStore::SubmitAll(std::vector<Mutation> ms, Done done) {
       executor_([done = std::move(done)] { done(Status::Unavailable("store closed")); });
       return;
     }
-    queue_.push_back({std::move(first), std::move(ms), std::move(done)});
+    queue_.push_back({std::move(first), std::move(ms), std::move(done), Status::Ok()});
   }
   cv_.notify_one();
 }
@@ -451,7 +539,7 @@ void SqliteStore::WriterLoop() {
       stats_.mutations += batch.size();
     }
     executor_([batch = std::make_shared<std::deque<Pending>>(std::move(batch)), s] {
-      for (auto& p : *batch) p.done(s);
+      for (auto& p : *batch) p.done(s.ok() ? p.status : s);
     });
   }
 }
@@ -492,8 +580,70 @@ Status SqliteStore::Apply(const Mutation& m, uint64_t* max_id) {
     case Mutation::Kind::kPurgeDone:
       st.purge.Bind(1, m.before_ms);
       return st.purge.Run("purge done jobs");
+    case Mutation::Kind::kTimerPut: {
+      const TimerRecord& t = m.timer;
+      st.timer_put.Bind(1, static_cast<int64_t>(t.id));
+      st.timer_put.Bind(2, t.name);
+      st.timer_put.Bind(3, t.definition);
+      st.timer_put.Bind(4, t.next_fire_ms);
+      st.timer_put.Bind(5, t.last_fire_ms);
+      st.timer_put.Bind(6, t.created_ms);
+      Status s = st.timer_put.Run("put timer");
+      // Like job ids, timer ids never repeat: a new timer's fire keys
+      // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
+      if (s.ok()) {
+        st.set_next_timer_id.Bind(1, static_cast<int64_t>(t.id + 1));
+        s = st.set_next_timer_id.Run("set next timer id");
+      }
+      return s;
+    }
+    case Mutation::Kind::kTimerDelete: {
+      st.timer_delete_fires.Bind(1, static_cast<int64_t>(m.id));
+      Status s = st.timer_delete_fires.Run("delete timer fires");
+      if (!s.ok()) return s;
+      st.timer_delete.Bind(1, static_cast<int64_t>(m.id));
+      return st.timer_delete.Run("delete timer");
+    }
+    case Mutation::Kind::kTimerAdvance: {
+      const TimerRecord& t = m.timer;
+      st.timer_advance.Bind(1, static_cast<int64_t>(t.id));
+      st.timer_advance.Bind(2, t.next_fire_ms);
+      st.timer_advance.Bind(3, t.last_fire_ms);
+      Status s = st.timer_advance.Run("advance timer");
+      if (!s.ok()) return s;
+      if (sqlite3_changes(write_db_) == 0) return Status::Conflict("advance timer: no such timer");
+      for (const TimerFire& f : m.fires) {
+        st.fire_insert.Bind(1, static_cast<int64_t>(f.timer_id));
+        st.fire_insert.Bind(2, f.fire_ms);
+        st.fire_insert.Bind(3, static_cast<int64_t>(f.job_id));
+        st.fire_insert.Bind(4, f.outcome);
+        st.fire_insert.Bind(5, f.at_ms);
+        s = st.fire_insert.Run("record timer fire");
+        if (!s.ok()) return s;
+      }
+      st.fire_prune.Bind(1, static_cast<int64_t>(t.id));
+      return st.fire_prune.Run("prune timer fires");
+    }
   }
   return Status::Internal("unknown mutation");
+}
+
+namespace {
+
+// Whether applying `m` can violate a constraint (a taken key, name or fire
+// time): such a submission gets a savepoint, so that its conflict fails it
+// alone rather than everything committed with it.
+bool MayConflict(const Mutation& m) {
+  return (m.kind == Mutation::Kind::kInsert && !m.job.key.empty()) ||
+         m.kind == Mutation::Kind::kTimerPut || m.kind == Mutation::Kind::kTimerAdvance;
+}
+
+}  // namespace
+
+Status SqliteStore::ApplyOne(Pending& p, uint64_t* max_id) {
+  Status s = Apply(p.mutation, max_id);
+  for (size_t i = 0; s.ok() && i < p.more.size(); ++i) s = Apply(p.more[i], max_id);
+  return s;
 }
 
 Status SqliteStore::ApplyBatch(std::deque<Pending>& batch) {
@@ -502,8 +652,26 @@ Status SqliteStore::ApplyBatch(std::deque<Pending>& batch) {
   if (!s.ok()) return s;
   uint64_t max_id = 0;
   for (auto& p : batch) {
-    s = Apply(p.mutation, &max_id);
-    for (size_t i = 0; s.ok() && i < p.more.size(); ++i) s = Apply(p.more[i], &max_id);
+    bool isolate = batch.size() > 1 && MayConflict(p.mutation);
+    for (const Mutation& m : p.more) isolate = isolate || (batch.size() > 1 && MayConflict(m));
+    if (!isolate) {
+      s = ApplyOne(p, &max_id);
+      if (!s.ok()) break;
+      continue;
+    }
+    s = Exec(write_db_, "SAVEPOINT one");
+    if (!s.ok()) break;
+    uint64_t one_max_id = max_id;
+    Status one = ApplyOne(p, &one_max_id);
+    if (one.ok()) {
+      max_id = one_max_id;
+    } else if (one.code() == StatusCode::kConflict) {
+      s = Exec(write_db_, "ROLLBACK TO one");
+      p.status = one;  // this submission fails alone
+    } else {
+      s = one;
+    }
+    if (s.ok()) s = Exec(write_db_, "RELEASE one");
     if (!s.ok()) break;
   }
   // The id high-water mark survives even when the newest jobs are deleted, so
@@ -519,6 +687,71 @@ Status SqliteStore::ApplyBatch(std::deque<Pending>& batch) {
     (void)rollback;  // the batch already failed; a failed rollback adds nothing
   }
   return s;
+}
+
+Result<std::optional<TimerRecord>> SqliteStore::GetTimer(uint64_t id) {
+  Stmt q;
+  Status s =
+      q.Prepare(read_db_, std::string("SELECT ") + kTimerColumns + " FROM timers WHERE id=?");
+  if (!s.ok()) return s;
+  q.Bind(1, static_cast<int64_t>(id));
+  auto rows = ReadTimers(q);
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return std::optional<TimerRecord>();
+  return std::optional<TimerRecord>(std::move(rows->front()));
+}
+
+Result<std::optional<TimerRecord>> SqliteStore::GetTimerByName(const std::string& name) {
+  Stmt q;
+  Status s =
+      q.Prepare(read_db_, std::string("SELECT ") + kTimerColumns + " FROM timers WHERE name=?");
+  if (!s.ok()) return s;
+  q.Bind(1, name);
+  auto rows = ReadTimers(q);
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return std::optional<TimerRecord>();
+  return std::optional<TimerRecord>(std::move(rows->front()));
+}
+
+Result<std::vector<TimerRecord>> SqliteStore::ListTimers(uint64_t after_id, size_t limit) {
+  Stmt q;
+  Status s = q.Prepare(read_db_, std::string("SELECT ") + kTimerColumns +
+                                     " FROM timers WHERE id>? ORDER BY id LIMIT ?");
+  if (!s.ok()) return s;
+  q.Bind(1, static_cast<int64_t>(after_id));
+  q.Bind(2, static_cast<int64_t>(limit));
+  return ReadTimers(q);
+}
+
+Result<std::vector<TimerRecord>> SqliteStore::TimersDue(int64_t before_ms, size_t limit) {
+  Stmt q;
+  Status s = q.Prepare(read_db_, std::string("SELECT ") + kTimerColumns +
+                                     " FROM timers WHERE next_fire_ms>0 AND next_fire_ms<? "
+                                     "ORDER BY next_fire_ms, id LIMIT ?");
+  if (!s.ok()) return s;
+  q.Bind(1, before_ms);
+  q.Bind(2, static_cast<int64_t>(limit));
+  return ReadTimers(q);
+}
+
+Result<std::vector<TimerFire>> SqliteStore::TimerFires(uint64_t timer_id, size_t limit) {
+  Stmt q;
+  Status s = q.Prepare(read_db_,
+                       "SELECT timer_id, fire_ms, job_id, outcome, at_ms FROM timer_fires "
+                       "WHERE timer_id=? ORDER BY fire_ms DESC LIMIT ?");
+  if (!s.ok()) return s;
+  q.Bind(1, static_cast<int64_t>(timer_id));
+  q.Bind(2, static_cast<int64_t>(limit));
+  Status status;
+  std::vector<TimerFire> out;
+  while (q.Step(&status)) {
+    out.push_back({static_cast<uint64_t>(sqlite3_column_int64(q.get(), 0)),
+                   sqlite3_column_int64(q.get(), 1),
+                   static_cast<uint64_t>(sqlite3_column_int64(q.get(), 2)), ColumnText(q.get(), 3),
+                   sqlite3_column_int64(q.get(), 4)});
+  }
+  if (!status.ok()) return status;
+  return out;
 }
 
 Result<std::optional<JobRecord>> SqliteStore::Get(uint64_t id) {

@@ -48,6 +48,11 @@ class SqliteStore final : public Store {
                                             size_t limit) override;
   Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
                                             size_t limit) override;
+  Result<std::optional<TimerRecord>> GetTimer(uint64_t id) override;
+  Result<std::optional<TimerRecord>> GetTimerByName(const std::string& name) override;
+  Result<std::vector<TimerRecord>> ListTimers(uint64_t after_id, size_t limit) override;
+  Result<std::vector<TimerRecord>> TimersDue(int64_t before_ms, size_t limit) override;
+  Result<std::vector<TimerFire>> TimerFires(uint64_t timer_id, size_t limit) override;
   StoreStats stats() const override;
   void Close() override;
 
@@ -58,11 +63,13 @@ class SqliteStore final : public Store {
     Mutation mutation;
     std::vector<Mutation> more;
     Done done;
+    Status status;  // set when this submission alone failed (a conflict)
   };
 
   SqliteStore(SqliteOptions options, Executor executor);
   void WriterLoop();
   Status ApplyBatch(std::deque<Pending>& batch);
+  Status ApplyOne(Pending& p, uint64_t* max_id);
   Status Apply(const Mutation& m, uint64_t* max_id);
   Status AddMissingColumns();
 

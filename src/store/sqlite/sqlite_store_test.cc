@@ -169,6 +169,136 @@ TEST_F(SqliteStoreTest, FailedBatchAppliesNothingAndReportsEveryMutation) {
   EXPECT_EQ(store_->Get(2)->has_value(), st[0].ok());
 }
 
+TEST_F(SqliteStoreTest, AConflictFailsOnlyItsOwnSubmission) {
+  JobRecord keyed = Job(1, StoredState::kDelayed, 60'000);
+  keyed.key = "order-1";
+  ASSERT_TRUE(Apply({Mutation::Insert(keyed)})[0].ok());
+  // Queued together, so most likely committed in one batch: the taken key
+  // fails its own submission, and the others commit.
+  std::vector<Mutation> ms;
+  for (uint64_t id = 10; id < 210; ++id) {
+    JobRecord j = Job(id, StoredState::kDelayed, 60'000);
+    if (id == 100) j.key = "order-1";
+    ms.push_back(Mutation::Insert(j));
+  }
+  std::vector<Status> st = Apply(std::move(ms));
+  for (size_t i = 0; i < st.size(); ++i) {
+    if (i + 10 == 100) {
+      EXPECT_EQ(st[i].code(), StatusCode::kConflict) << st[i].ToString();
+    } else {
+      EXPECT_TRUE(st[i].ok()) << i << ": " << st[i].ToString();
+    }
+  }
+  EXPECT_FALSE(store_->Get(100)->has_value());
+  EXPECT_TRUE(store_->Get(209)->has_value());
+  EXPECT_EQ(store_->GetByKey("t", "order-1")->value().id, 1u);
+}
+
+TimerRecord Timer(uint64_t id, std::string name, int64_t next_fire_ms) {
+  TimerRecord t;
+  t.id = id;
+  t.name = std::move(name);
+  t.definition = R"({"schedule":"* * * * *"})";
+  t.next_fire_ms = next_fire_ms;
+  t.created_ms = 7;
+  return t;
+}
+
+TEST_F(SqliteStoreTest, TimersReadBackByIdNameListAndDueTime) {
+  for (auto& s :
+       Apply({Mutation::TimerPut(Timer(1, "a", 5000)), Mutation::TimerPut(Timer(2, "b", 3000)),
+              Mutation::TimerPut(Timer(3, "off", 0))})) {
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  auto a = store_->GetTimer(1);
+  ASSERT_TRUE(a.ok() && a->has_value());
+  EXPECT_EQ((*a)->name, "a");
+  EXPECT_EQ((*a)->definition, R"({"schedule":"* * * * *"})");
+  EXPECT_EQ((*a)->next_fire_ms, 5000);
+  EXPECT_EQ((*a)->created_ms, 7);
+  EXPECT_EQ(store_->GetTimerByName("b")->value().id, 2u);
+  EXPECT_FALSE(store_->GetTimerByName("zzz")->has_value());
+  auto page = store_->ListTimers(1, 10);
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, 2u);
+  // Due ones soonest first; a timer without a next fire is never due.
+  auto due = store_->TimersDue(10'000, 10);
+  ASSERT_EQ(due->size(), 2u);
+  EXPECT_EQ((*due)[0].name, "b");
+  EXPECT_EQ((*due)[1].name, "a");
+  EXPECT_EQ(store_->TimersDue(4000, 10)->size(), 1u);
+}
+
+TEST_F(SqliteStoreTest, ATakenTimerNameIsAConflictAndChangesNothing) {
+  ASSERT_TRUE(Apply({Mutation::TimerPut(Timer(1, "daily", 5000))})[0].ok());
+  Status s = Apply({Mutation::TimerPut(Timer(2, "daily", 6000))})[0];
+  EXPECT_EQ(s.code(), StatusCode::kConflict) << s.ToString();
+  EXPECT_FALSE(store_->GetTimer(2)->has_value());
+  // Renaming to a free name, and replacing by id, work.
+  ASSERT_TRUE(Apply({Mutation::TimerPut(Timer(1, "nightly", 7000))})[0].ok());
+  EXPECT_EQ(store_->GetTimer(1)->value().name, "nightly");
+  EXPECT_EQ(store_->GetTimer(1)->value().next_fire_ms, 7000);
+}
+
+TEST_F(SqliteStoreTest, TimerIdsNeverRepeatAfterTheNewestIsDeleted) {
+  Apply({Mutation::TimerPut(Timer(1, "a", 0)), Mutation::TimerPut(Timer(2, "b", 0))});
+  Apply({Mutation::TimerDelete(2)});
+  Reopen();
+  auto r = store_->Recover(0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->next_timer_id, 3u);
+  EXPECT_FALSE(store_->GetTimer(2)->has_value());
+}
+
+TEST_F(SqliteStoreTest, AFireTimeIsRecordedOnceAndItsJobWithIt) {
+  ASSERT_TRUE(Apply({Mutation::TimerPut(Timer(1, "t", 1000))})[0].ok());
+  auto fire = [&](uint64_t job_id, int64_t fire_ms, int64_t next_ms) {
+    JobRecord j = Job(job_id, StoredState::kDelayed, fire_ms);
+    j.key = "timer:1:" + std::to_string(fire_ms) + ":" + std::to_string(job_id);
+    std::atomic<int> done{0};
+    Status out;
+    store_->SubmitAll(
+        {Mutation::Insert(j),
+         Mutation::TimerAdvance(1, next_ms, fire_ms, {{1, fire_ms, job_id, "created", 42}})},
+        [&](const Status& s) {
+          out = s;
+          ++done;
+        });
+    inbox_.RunUntil(done, 1);
+    return out;
+  };
+  ASSERT_TRUE(fire(5, 1000, 2000).ok());
+  // The same fire time again fails whole: no second job, the timer unmoved.
+  Status again = fire(6, 1000, 9000);
+  EXPECT_EQ(again.code(), StatusCode::kConflict) << again.ToString();
+  EXPECT_FALSE(store_->Get(6)->has_value());
+  EXPECT_TRUE(store_->Get(5)->has_value());
+  EXPECT_EQ(store_->GetTimer(1)->value().next_fire_ms, 2000);
+  EXPECT_EQ(store_->GetTimer(1)->value().last_fire_ms, 1000);
+  auto fires = store_->TimerFires(1, 10);
+  ASSERT_EQ(fires->size(), 1u);
+  EXPECT_EQ((*fires)[0].job_id, 5u);
+  EXPECT_EQ((*fires)[0].outcome, "created");
+  EXPECT_EQ((*fires)[0].at_ms, 42);
+  // A deleted timer cannot advance; its fires go with it.
+  Apply({Mutation::TimerDelete(1)});
+  EXPECT_EQ(fire(7, 2000, 3000).code(), StatusCode::kConflict);
+  EXPECT_TRUE(store_->TimerFires(1, 10)->empty());
+}
+
+TEST_F(SqliteStoreTest, TimerFiresKeepTheLatestHundred) {
+  ASSERT_TRUE(Apply({Mutation::TimerPut(Timer(1, "t", 1000))})[0].ok());
+  for (int64_t f = 1; f <= 130; ++f) {
+    ASSERT_TRUE(Apply({Mutation::TimerAdvance(1, (f + 1) * 1000, f * 1000,
+                                              {{1, f * 1000, 0, "skipped-overlap", f}})})[0]
+                    .ok());
+  }
+  auto fires = store_->TimerFires(1, 1000);
+  ASSERT_EQ(fires->size(), static_cast<size_t>(kTimerFiresKept));
+  EXPECT_EQ(fires->front().fire_ms, 130'000);
+  EXPECT_EQ(fires->back().fire_ms, 31'000);
+}
+
 TEST_F(SqliteStoreTest, PausesSurviveReopen) {
   Apply({Mutation::PauseTube("p", 5000, 123456)});
   Reopen();
