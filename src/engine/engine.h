@@ -121,8 +121,11 @@ class Engine {
   // --- the HTTP API (engine_api.cc) ---
   // Submits jobs to one topic, all durable or none. Jobs whose key is taken
   // come back as duplicates of the job holding it and are not created.
+  // `also`, when given, adds store mutations that commit with the jobs (a
+  // timer's advance); it is called with the outcome of each job, ids known.
+  using AlsoFn = std::function<std::vector<store::Mutation>(const std::vector<Submitted>&)>;
   void Submit(const std::string& topic, std::vector<NewJob> jobs,
-              std::function<void(Result<std::vector<Submitted>>)> done);
+              std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also = nullptr);
   Result<JobInfo> GetJob(uint64_t id);
   // The live job, or done job within its retention, holding `key`.
   Result<JobInfo> GetByKey(const std::string& topic, const std::string& key);

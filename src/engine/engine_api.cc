@@ -47,7 +47,7 @@ void Engine::ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const 
 // ---------------------------------------------------------------- submit
 
 void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
-                    std::function<void(Result<std::vector<Submitted>>)> done) {
+                    std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also) {
   if (draining_) return done(Status::Unavailable("draining"));
   const Tube* tube = FindTube(topic);
   const int64_t now_ms = (clock_.WallMicros() + 999) / 1000;
@@ -114,7 +114,10 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
     created.push_back(j);
     writes.push_back(Mutation::Insert(std::move(r)));
   }
-  if (created.empty()) return done(std::move(out));
+  if (also) {
+    for (store::Mutation& m : also(out)) writes.push_back(std::move(m));
+  }
+  if (writes.empty()) return done(std::move(out));
   store_.SubmitAll(std::move(writes), [this, created, topic, out = std::move(out),
                                        done = std::move(done)](const Status& s) mutable {
     for (Job* j : created) {

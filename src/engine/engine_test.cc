@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/sqlite/sqlite_store.h"
+#include "store/testing/posted_work.h"
 
 namespace delayd::engine {
 namespace {
@@ -88,9 +89,11 @@ class FlakyStore final : public store::Store {
   Result<std::vector<store::TimerRecord>> ListTimers(uint64_t a, size_t l) override {
     return real_.ListTimers(a, l);
   }
-  Result<std::vector<store::TimerRecord>> TimersDue(int64_t b, size_t l) override {
-    return real_.TimersDue(b, l);
+  Result<std::vector<store::TimerRecord>> TimersDue(int64_t f, uint64_t a, int64_t b,
+                                                    size_t l) override {
+    return real_.TimersDue(f, a, b, l);
   }
+  Result<uint64_t> NextTimerId() override { return real_.NextTimerId(); }
   Result<std::vector<store::TimerFire>> TimerFires(uint64_t id, size_t l) override {
     return real_.TimerFires(id, l);
   }
@@ -118,19 +121,10 @@ class EngineTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   void Start(EngineOptions options = {}) {
-    auto s = store::SqliteStore::Open({.path = (dir_ / "delayd.db").string()},
-                                      [this](std::function<void()> f) {
-                                        std::lock_guard lock(mu_);
-                                        posted_.push_back(std::move(f));
-                                        cv_.notify_all();
-                                      });
+    auto s = store::SqliteStore::Open({.path = (dir_ / "delayd.db").string()}, work_.executor());
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
-    flaky_ = std::make_unique<FlakyStore>(*store_, [this](std::function<void()> f) {
-      std::lock_guard lock(mu_);
-      posted_.push_back(std::move(f));
-      cv_.notify_all();
-    });
+    flaky_ = std::make_unique<FlakyStore>(*store_, work_.executor());
     engine_ =
         std::make_unique<Engine>(*flaky_, clock_, options, [this](int64_t at) { wake_at_ = at; });
     ASSERT_TRUE(engine_->Recover().ok());
@@ -144,26 +138,10 @@ class EngineTest : public ::testing::Test {
     flaky_.reset();
     store_.reset();
   }
-  void RunPosted() {
-    std::deque<std::function<void()>> work;
-    {
-      std::lock_guard lock(mu_);
-      work.swap(posted_);
-    }
-    for (auto& f : work) f();
-  }
-  // Runs store completions until `pred` holds (10 s at most).
+  void RunPosted() { work_.RunPosted(); }
   template <typename Pred>
   void RunUntil(Pred pred) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!pred()) {
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait_until(lock, deadline, [&] { return !posted_.empty(); });
-      }
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "condition not reached";
-      RunPosted();
-    }
+    work_.RunUntil(pred);
   }
   uint64_t Put(Client* c, std::string body, int64_t delay_ms = 0, uint32_t pri = 100,
                int64_t ttr_ms = 10'000) {
@@ -190,9 +168,7 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<FlakyStore> flaky_;
   std::unique_ptr<Engine> engine_;
   int64_t wake_at_ = -1;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> posted_;
+  store::testing::PostedWork work_;
 };
 
 TEST_F(EngineTest, PutIsInvisibleUntilDurableThenGoesToWaitingReserver) {

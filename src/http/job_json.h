@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/base64.h"
 #include "common/json_writer.h"
 #include "common/status.h"
 #include "engine/api_types.h"
@@ -28,7 +29,7 @@ Result<engine::JobPatch> ParseJobPatch(const nlohmann::json& j, const JobLimits&
 void WriteJobFields(JsonWriter& w, const engine::JobInfo& info);
 std::string RenderJob(const engine::JobInfo& info);
 
-std::string Base64Encode(std::string_view bytes);
-std::optional<std::string> Base64Decode(std::string_view text);
+using delayd::Base64Decode;
+using delayd::Base64Encode;
 
 }  // namespace delayd::http

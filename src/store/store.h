@@ -184,8 +184,12 @@ class Store {
   virtual Result<std::optional<TimerRecord>> GetTimerByName(const std::string& name) = 0;
   // A page of timers in id order, after `after_id`.
   virtual Result<std::vector<TimerRecord>> ListTimers(uint64_t after_id, size_t limit) = 0;
-  // Timers with a next fire before `before_ms`, soonest first.
-  virtual Result<std::vector<TimerRecord>> TimersDue(int64_t before_ms, size_t limit) = 0;
+  // Timers whose next fire is before `before_ms` and whose (next fire, id)
+  // comes after (`from_ms`, `after_id`), soonest first: a loader's page.
+  virtual Result<std::vector<TimerRecord>> TimersDue(int64_t from_ms, uint64_t after_id,
+                                                     int64_t before_ms, size_t limit) = 0;
+  // Larger than every timer id ever handed out.
+  virtual Result<uint64_t> NextTimerId() = 0;
   // The latest fires of a timer, newest first.
   virtual Result<std::vector<TimerFire>> TimerFires(uint64_t timer_id, size_t limit) = 0;
 

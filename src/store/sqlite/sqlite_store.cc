@@ -461,20 +461,9 @@ Result<Recovered> SqliteStore::Recover(int64_t horizon_minute) {
     }
     if (!status.ok()) return status;
   }
-  {
-    Stmt q;
-    Status s =
-        q.Prepare(read_db_,
-                  "SELECT max(coalesce((SELECT value FROM meta WHERE key='next_timer_id'), 1), "
-                  "coalesce((SELECT max(id) FROM timers), 0) + 1)");
-    if (!s.ok()) return s;
-    if (q.Step(&status)) {
-      r.next_timer_id = static_cast<uint64_t>(sqlite3_column_int64(q.get(), 0));
-      while (q.Step(&status)) {
-      }
-    }
-    if (!status.ok()) return status;
-  }
+  auto next_timer = NextTimerId();
+  if (!next_timer.ok()) return next_timer.status();
+  r.next_timer_id = *next_timer;
   return r;
 }
 
@@ -723,15 +712,33 @@ Result<std::vector<TimerRecord>> SqliteStore::ListTimers(uint64_t after_id, size
   return ReadTimers(q);
 }
 
-Result<std::vector<TimerRecord>> SqliteStore::TimersDue(int64_t before_ms, size_t limit) {
+Result<std::vector<TimerRecord>> SqliteStore::TimersDue(int64_t from_ms, uint64_t after_id,
+                                                        int64_t before_ms, size_t limit) {
   Stmt q;
   Status s = q.Prepare(read_db_, std::string("SELECT ") + kTimerColumns +
-                                     " FROM timers WHERE next_fire_ms>0 AND next_fire_ms<? "
-                                     "ORDER BY next_fire_ms, id LIMIT ?");
+                                     " FROM timers WHERE next_fire_ms>0 AND next_fire_ms<?3 AND "
+                                     "(next_fire_ms, id) > (?1, ?2) ORDER BY next_fire_ms, id "
+                                     "LIMIT ?4");
   if (!s.ok()) return s;
-  q.Bind(1, before_ms);
-  q.Bind(2, static_cast<int64_t>(limit));
+  q.Bind(1, from_ms);
+  q.Bind(2, static_cast<int64_t>(after_id));
+  q.Bind(3, before_ms);
+  q.Bind(4, static_cast<int64_t>(limit));
   return ReadTimers(q);
+}
+
+Result<uint64_t> SqliteStore::NextTimerId() {
+  Stmt q;
+  Status s =
+      q.Prepare(read_db_,
+                "SELECT max(coalesce((SELECT value FROM meta WHERE key='next_timer_id'), 1), "
+                "coalesce((SELECT max(id) FROM timers), 0) + 1)");
+  if (!s.ok()) return s;
+  Status status;
+  uint64_t next = 1;
+  while (q.Step(&status)) next = static_cast<uint64_t>(sqlite3_column_int64(q.get(), 0));
+  if (!status.ok()) return status;
+  return next;
 }
 
 Result<std::vector<TimerFire>> SqliteStore::TimerFires(uint64_t timer_id, size_t limit) {

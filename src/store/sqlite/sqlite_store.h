@@ -51,8 +51,10 @@ class SqliteStore final : public Store {
   Result<std::optional<TimerRecord>> GetTimer(uint64_t id) override;
   Result<std::optional<TimerRecord>> GetTimerByName(const std::string& name) override;
   Result<std::vector<TimerRecord>> ListTimers(uint64_t after_id, size_t limit) override;
-  Result<std::vector<TimerRecord>> TimersDue(int64_t before_ms, size_t limit) override;
+  Result<std::vector<TimerRecord>> TimersDue(int64_t from_ms, uint64_t after_id, int64_t before_ms,
+                                             size_t limit) override;
   Result<std::vector<TimerFire>> TimerFires(uint64_t timer_id, size_t limit) override;
+  Result<uint64_t> NextTimerId() override;
   StoreStats stats() const override;
   void Close() override;
 

@@ -222,11 +222,15 @@ TEST_F(SqliteStoreTest, TimersReadBackByIdNameListAndDueTime) {
   ASSERT_EQ(page->size(), 2u);
   EXPECT_EQ((*page)[0].id, 2u);
   // Due ones soonest first; a timer without a next fire is never due.
-  auto due = store_->TimersDue(10'000, 10);
+  auto due = store_->TimersDue(0, 0, 10'000, 10);
   ASSERT_EQ(due->size(), 2u);
   EXPECT_EQ((*due)[0].name, "b");
   EXPECT_EQ((*due)[1].name, "a");
-  EXPECT_EQ(store_->TimersDue(4000, 10)->size(), 1u);
+  EXPECT_EQ(store_->TimersDue(0, 0, 4000, 10)->size(), 1u);
+  // Paging on (next fire, id): after b, only a.
+  auto rest = store_->TimersDue(3000, 2, 10'000, 10);
+  ASSERT_EQ(rest->size(), 1u);
+  EXPECT_EQ((*rest)[0].name, "a");
 }
 
 TEST_F(SqliteStoreTest, ATakenTimerNameIsAConflictAndChangesNothing) {

@@ -1,0 +1,54 @@
+// Test support: store completions collected from the writer thread and run
+// on the test's thread, where the engine lives.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+
+namespace delayd::store::testing {
+
+class PostedWork {
+ public:
+  // The completion executor to give a store.
+  std::function<void(std::function<void()>)> executor() {
+    return [this](std::function<void()> f) {
+      std::lock_guard lock(mu_);
+      posted_.push_back(std::move(f));
+      cv_.notify_all();
+    };
+  }
+  // Runs what has been posted so far.
+  void RunPosted() {
+    std::deque<std::function<void()>> work;
+    {
+      std::lock_guard lock(mu_);
+      work.swap(posted_);
+    }
+    for (auto& f : work) f();
+  }
+  // Runs completions as they come until `pred` holds (10 s at most).
+  template <typename Pred>
+  void RunUntil(Pred pred) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred()) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait_until(lock, deadline, [&] { return !posted_.empty(); });
+      }
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "condition not reached";
+      RunPosted();
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> posted_;
+};
+
+}  // namespace delayd::store::testing

@@ -1,0 +1,393 @@
+#include "timer/timer_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace delayd::timer {
+
+using store::Mutation;
+using store::TimerFire;
+using store::TimerRecord;
+
+namespace {
+
+std::string FireKey(uint64_t id, int64_t fire_ms) {
+  return "timer:" + std::to_string(id) + ":" + std::to_string(fire_ms);
+}
+
+}  // namespace
+
+TimerService::TimerService(store::Store& store, engine::Engine& engine, const Clock& clock,
+                           TimerOptions options, WakeFn wake)
+    : store_(store), engine_(engine), clock_(clock), options_(options), wake_(std::move(wake)) {}
+
+Status TimerService::Start() {
+  Result<uint64_t> next = store_.NextTimerId();
+  if (!next.ok()) return next.status();
+  next_id_ = *next;
+  Load(clock_.WallMillis());
+  ArmWake();
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- schedule
+
+Result<std::shared_ptr<const TimerService::Compiled>> TimerService::Compile(const TimerSpec& spec) {
+  Result<cron::Schedule> schedule = cron::Schedule::Parse(spec.schedule);
+  if (!schedule.ok()) return schedule.status();
+  Result<const date::time_zone*> zone = cron::FindZone(spec.timezone);
+  if (!zone.ok()) return zone.status();
+  auto c = std::make_shared<Compiled>();
+  c->spec = spec;
+  c->schedule = *schedule;
+  c->zone = *zone;
+  return std::shared_ptr<const Compiled>(std::move(c));
+}
+
+int64_t TimerService::NextFire(const Compiled& c, int64_t after_ms, int64_t created_ms) {
+  const TimerSpec& s = c.spec;
+  if (s.start_ms > 0) after_ms = std::max(after_ms, s.start_ms - 1);
+  std::optional<int64_t> next =
+      c.schedule.Next(after_ms, c.zone, s.start_ms > 0 ? s.start_ms : created_ms);
+  if (!next || (s.end_ms > 0 && *next > s.end_ms)) return 0;
+  return *next;
+}
+
+Status TimerService::Validate(const std::string& name, const TimerSpec& spec) {
+  if (name.empty() || name.size() > 200) {
+    return Status::InvalidField("name", "must be 1-200 characters");
+  }
+  if (spec.topic.empty() || spec.topic.size() > 200) {
+    return Status::InvalidField("topic", "must be 1-200 characters");
+  }
+  if (spec.end_ms > 0 && spec.start_ms > 0 && spec.end_ms <= spec.start_ms) {
+    return Status::InvalidField("end_at", "must be after start_at");
+  }
+  if (spec.misfire_limit == 0) {
+    return Status::InvalidField("misfire_limit", "must be at least 1");
+  }
+  return Compile(spec).status();
+}
+
+Result<std::vector<int64_t>> TimerService::Preview(const TimerSpec& spec, int64_t after_ms,
+                                                   int64_t anchor_ms, size_t count) {
+  auto c = Compile(spec);
+  if (!c.ok()) return c.status();
+  std::vector<int64_t> out;
+  int64_t at = after_ms;
+  while (out.size() < count) {
+    at = NextFire(**c, at, anchor_ms);
+    if (at == 0) break;
+    out.push_back(at);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- memory
+
+void TimerService::Load(int64_t now_ms) {
+  const int64_t until = now_ms + options_.horizon_ms;
+  if (until <= loaded_until_ms_) return;
+  // Pages on (next fire, id) from the old window's end.
+  int64_t from_ms = loaded_until_ms_ - 1;
+  uint64_t after_id = static_cast<uint64_t>(INT64_MAX);
+  if (loaded_until_ms_ == 0) after_id = 0;  // the first load takes every overdue timer
+  for (;;) {
+    auto page = store_.TimersDue(from_ms, after_id, until, options_.load_chunk);
+    if (!page.ok()) {
+      spdlog::error("timers: loading: {}", page.status().ToString());
+      return;  // tried again at the next tick
+    }
+    for (const TimerRecord& r : *page) {
+      from_ms = r.next_fire_ms;
+      after_id = r.id;
+      if (loaded_.count(r.id)) continue;
+      auto spec = DecodeTimerSpec(r.definition);
+      auto compiled =
+          spec.ok() ? Compile(*spec) : Result<std::shared_ptr<const Compiled>>(spec.status());
+      if (!compiled.ok()) {
+        spdlog::error("timers: timer {} ({}) cannot run: {}", r.id, r.name,
+                      compiled.status().ToString());
+        continue;
+      }
+      uint64_t last_job = 0;
+      if ((*compiled)->spec.overlap == Overlap::kSkip) {
+        auto fires = store_.TimerFires(r.id, 1);
+        if (fires.ok() && !fires->empty()) last_job = fires->front().job_id;
+      }
+      Hold(r, *compiled, last_job, until);
+    }
+    if (page->size() < options_.load_chunk) break;
+  }
+  loaded_until_ms_ = until;
+}
+
+void TimerService::Hold(const TimerRecord& record, std::shared_ptr<const Compiled> compiled,
+                        uint64_t last_job_id, int64_t window_end_ms) {
+  if (window_end_ms == 0) window_end_ms = loaded_until_ms_;
+  if (record.next_fire_ms == 0 || record.next_fire_ms >= window_end_ms) {
+    Drop(record.id);
+    return;
+  }
+  Loaded& t = loaded_[record.id];
+  if (!t.in_flight) due_.erase({t.process_at_ms, record.id});
+  t.record = record;
+  t.compiled = std::move(compiled);
+  t.generation = ++generation_;
+  t.last_job_id = last_job_id;
+  t.in_flight = false;
+  Queue(t, record.next_fire_ms - options_.lead_ms);
+}
+
+void TimerService::Drop(uint64_t id) {
+  auto it = loaded_.find(id);
+  if (it == loaded_.end()) return;
+  due_.erase({it->second.process_at_ms, id});
+  loaded_.erase(it);
+}
+
+void TimerService::Queue(Loaded& t, int64_t at_ms) {
+  t.process_at_ms = at_ms;
+  due_.insert({at_ms, t.record.id});
+}
+
+void TimerService::ArmWake() {
+  int64_t at = loaded_until_ms_ - options_.horizon_ms + 1000;  // the next window step
+  if (!due_.empty()) at = std::min(at, due_.begin()->first);
+  if (armed_ms_ < 0 || at != armed_ms_) {
+    armed_ms_ = at;
+    if (wake_) wake_(at);
+  }
+}
+
+// ---------------------------------------------------------------- firing
+
+void TimerService::Tick() {
+  const int64_t now = clock_.WallMillis();
+  Load(now);
+  while (!due_.empty() && due_.begin()->first <= now) {
+    const uint64_t id = due_.begin()->second;
+    due_.erase(due_.begin());
+    Fire(loaded_.at(id), now);
+  }
+  ArmWake();
+}
+
+bool TimerService::StillRunning(uint64_t job_id) {
+  if (job_id == 0) return false;
+  auto info = engine_.GetJob(job_id);
+  if (!info.ok()) return false;
+  const std::string_view state = info->state;
+  return state == "delayed" || state == "ready" || state == "reserved" || state == "pending";
+}
+
+void TimerService::Fire(Loaded& t, int64_t now) {
+  const Compiled& c = *t.compiled;
+  const TimerSpec& spec = c.spec;
+  const uint64_t id = t.record.id;
+  const int64_t first = t.record.next_fire_ms;
+  const int64_t missed_before = now - options_.misfire_grace_ms;
+  std::vector<int64_t> fire_times;
+  std::vector<TimerFire> records;
+  bool due_now = false;
+  int64_t next = 0;
+  if (first < missed_before) {
+    // Missed while down or paused: the misfire policy decides.
+    switch (spec.misfire) {
+      case Misfire::kSkip:
+        records.push_back({id, first, 0, "skipped-misfire", now});
+        break;
+      case Misfire::kFireOnce:
+        fire_times.push_back(first);
+        break;
+      case Misfire::kFireAll:
+        for (int64_t f = first;
+             f != 0 && f < missed_before && fire_times.size() < spec.misfire_limit;
+             f = NextFire(c, f, t.record.created_ms)) {
+          fire_times.push_back(f);
+        }
+        break;
+    }
+    due_now = true;
+    next = NextFire(c, missed_before - 1, t.record.created_ms);
+  } else {
+    fire_times.push_back(first);
+    next = NextFire(c, first, t.record.created_ms);
+  }
+  if (spec.overlap == Overlap::kSkip && !fire_times.empty() && StillRunning(t.last_job_id)) {
+    records.push_back({id, fire_times.front(), 0, "skipped-overlap", now});
+    fire_times.clear();
+  }
+  const int64_t last = fire_times.empty() ? first : std::max(first, fire_times.back());
+  t.in_flight = true;
+  const uint64_t generation = t.generation;
+  if (fire_times.empty()) {
+    store_.Submit(Mutation::TimerAdvance(id, next, last, std::move(records)),
+                  [this, id, generation, next, last](const Status& s) {
+                    Fired(id, generation, s, next, last, 0);
+                  });
+    return;
+  }
+  std::vector<engine::NewJob> jobs;
+  for (int64_t f : fire_times) {
+    engine::NewJob j = spec.job;
+    j.key = FireKey(id, f);
+    j.run_at_ms = due_now ? now : f;
+    jobs.push_back(std::move(j));
+  }
+  auto fired_job = std::make_shared<uint64_t>(0);
+  engine_.Submit(
+      spec.topic, std::move(jobs),
+      [this, id, generation, next, last, fired_job](Result<std::vector<engine::Submitted>> r) {
+        Fired(id, generation, r.status(), next, last, *fired_job);
+      },
+      [id, next, last, now, fire_times, records = std::move(records),
+       fired_job](const std::vector<engine::Submitted>& out) mutable {
+        for (size_t i = 0; i < out.size(); ++i) {
+          records.push_back(
+              {id, fire_times[i], out[i].id, out[i].duplicate ? "duplicate" : "created", now});
+          *fired_job = out[i].id;
+        }
+        std::vector<Mutation> ms;
+        ms.push_back(Mutation::TimerAdvance(id, next, last, std::move(records)));
+        return ms;
+      });
+}
+
+void TimerService::Fired(uint64_t id, uint64_t generation, const Status& s, int64_t next_ms,
+                         int64_t last_ms, uint64_t job_id) {
+  auto it = loaded_.find(id);
+  if (it == loaded_.end() || it->second.generation != generation) return;  // changed meanwhile
+  Loaded& t = it->second;
+  t.in_flight = false;
+  if (s.ok()) {
+    t.record.next_fire_ms = next_ms;
+    t.record.last_fire_ms = last_ms;
+    if (job_id != 0) t.last_job_id = job_id;
+    if (next_ms == 0 || next_ms >= loaded_until_ms_) {
+      Drop(id);
+    } else {
+      Queue(t, next_ms - options_.lead_ms);
+    }
+  } else if (s.code() == StatusCode::kConflict) {
+    // The store knows better (this fire time was recorded, or the timer is
+    // gone): take its row as it is.
+    auto row = store_.GetTimer(id);
+    if (row.ok() && row->has_value()) {
+      Hold(**row, t.compiled, t.last_job_id);
+    } else {
+      Drop(id);
+    }
+  } else {
+    spdlog::warn("timers: timer {} fire at {} not stored, retrying: {}", id, t.record.next_fire_ms,
+                 s.ToString());
+    Queue(t, clock_.WallMillis() + options_.retry_ms);
+  }
+  ArmWake();
+}
+
+// ---------------------------------------------------------------- the API
+
+void TimerService::Put(TimerRecord record, std::shared_ptr<const Compiled> compiled,
+                       InfoDone done) {
+  // Whatever was in memory is outdated from here on.
+  Drop(record.id);
+  auto rec = std::make_shared<TimerRecord>(std::move(record));
+  store_.Submit(Mutation::TimerPut(*rec),
+                [this, rec, compiled, done = std::move(done)](const Status& s) {
+                  if (!s.ok()) {
+                    if (s.code() == StatusCode::kConflict) {
+                      return done(Status::InvalidField("name", "is taken by another timer"));
+                    }
+                    return done(s);
+                  }
+                  Hold(*rec, compiled, 0);
+                  ArmWake();
+                  done(TimerInfo{*rec, compiled->spec});
+                });
+}
+
+void TimerService::Create(std::string name, TimerSpec spec, InfoDone done) {
+  Status v = Validate(name, spec);
+  if (!v.ok()) return done(v);
+  auto taken = store_.GetTimerByName(name);
+  if (!taken.ok()) return done(taken.status());
+  if (taken->has_value()) return done(Status::InvalidField("name", "is taken by another timer"));
+  auto compiled = Compile(spec);
+  TimerRecord r;
+  r.id = next_id_++;
+  r.name = std::move(name);
+  r.definition = EncodeTimerSpec(spec);
+  r.created_ms = clock_.WallMillis();
+  r.next_fire_ms = spec.active ? NextFire(**compiled, r.created_ms, r.created_ms) : 0;
+  Put(std::move(r), *compiled, std::move(done));
+}
+
+void TimerService::Replace(uint64_t id, std::string name, TimerSpec spec, InfoDone done) {
+  Status v = Validate(name, spec);
+  if (!v.ok()) return done(v);
+  auto row = store_.GetTimer(id);
+  if (!row.ok()) return done(row.status());
+  if (!row->has_value()) return done(Status::NotFound("no such timer"));
+  auto compiled = Compile(spec);
+  TimerRecord r = **row;
+  r.name = std::move(name);
+  r.definition = EncodeTimerSpec(spec);
+  r.next_fire_ms = spec.active ? NextFire(**compiled, clock_.WallMillis(), r.created_ms) : 0;
+  Put(std::move(r), *compiled, std::move(done));
+}
+
+void TimerService::SetActive(uint64_t id, bool active, InfoDone done) {
+  auto row = store_.GetTimer(id);
+  if (!row.ok()) return done(row.status());
+  if (!row->has_value()) return done(Status::NotFound("no such timer"));
+  TimerRecord r = **row;
+  auto spec = DecodeTimerSpec(r.definition);
+  if (!spec.ok()) return done(spec.status());
+  if (spec->active == active) return done(TimerInfo{r, *spec});
+  spec->active = active;
+  auto compiled = Compile(*spec);
+  if (!compiled.ok()) return done(compiled.status());
+  r.definition = EncodeTimerSpec(*spec);
+  // Resumed, it picks up after its last fire: the ones missed while paused
+  // then meet its misfire policy.
+  const int64_t from = r.last_fire_ms > 0 ? r.last_fire_ms : clock_.WallMillis();
+  r.next_fire_ms = active ? NextFire(**compiled, from, r.created_ms) : 0;
+  Put(std::move(r), *compiled, std::move(done));
+}
+
+void TimerService::Delete(uint64_t id, Done done) {
+  auto row = store_.GetTimer(id);
+  if (!row.ok()) return done(row.status());
+  if (!row->has_value()) return done(Status::NotFound("no such timer"));
+  Drop(id);
+  store_.Submit(Mutation::TimerDelete(id), std::move(done));
+}
+
+Result<TimerInfo> TimerService::Get(uint64_t id) {
+  auto row = store_.GetTimer(id);
+  if (!row.ok()) return row.status();
+  if (!row->has_value()) return Status::NotFound("no such timer");
+  auto spec = DecodeTimerSpec((*row)->definition);
+  if (!spec.ok()) return spec.status();
+  return TimerInfo{**row, *spec};
+}
+
+Result<std::vector<TimerInfo>> TimerService::List(uint64_t after_id, size_t limit) {
+  auto rows = store_.ListTimers(after_id, limit);
+  if (!rows.ok()) return rows.status();
+  std::vector<TimerInfo> out;
+  for (TimerRecord& r : *rows) {
+    auto spec = DecodeTimerSpec(r.definition);
+    if (!spec.ok()) return spec.status();
+    out.push_back({std::move(r), std::move(*spec)});
+  }
+  return out;
+}
+
+Result<std::vector<TimerFire>> TimerService::Fires(uint64_t id, size_t limit) {
+  return store_.TimerFires(id, limit);
+}
+
+}  // namespace delayd::timer

@@ -1,0 +1,131 @@
+// TimerService: recurring timers that create jobs.
+//
+// Each fire of a timer creates one job, keyed `timer:<id>:<fire ms>`, in the
+// same store submission that advances the timer to its next fire time and
+// records the fire. The submission commits whole or not at all, and the
+// store refuses a second record of one fire time, so neither a restart, a
+// crash nor a retry creates two jobs for one fire time or skips one.
+//
+// The job is created `lead_ms` before its fire time and due exactly at it,
+// so it fires with a delayed job's precision. Only timers firing within the
+// horizon are held in memory; the rest are rows, loaded as their time nears.
+//
+// Threading: the engine's loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "cron/schedule.h"
+#include "engine/engine.h"
+#include "store/store.h"
+#include "timer/timer_spec.h"
+
+namespace delayd::timer {
+
+struct TimerOptions {
+  int64_t lead_ms = 250;              // a fire's job is created this long ahead
+  int64_t misfire_grace_ms = 60'000;  // a fire later than this is missed
+  int64_t horizon_ms = 60'000;        // timers firing within this are in memory
+  size_t load_chunk = 1024;           // rows per loader read
+  int64_t retry_ms = 1000;            // after a failed store write
+};
+
+// A timer as read: its row and its definition.
+struct TimerInfo {
+  store::TimerRecord record;
+  TimerSpec spec;
+};
+
+class TimerService {
+ public:
+  // Called with the wall time (ms) at which Tick() should next run, each
+  // time that time moves earlier.
+  using WakeFn = std::function<void(int64_t wall_ms)>;
+  using Done = std::function<void(const Status&)>;
+  using InfoDone = std::function<void(Result<TimerInfo>)>;
+
+  TimerService(store::Store& store, engine::Engine& engine, const Clock& clock,
+               TimerOptions options, WakeFn wake);
+
+  // Reads the next timer id and loads the first window. Call once, after
+  // the engine recovered.
+  Status Start();
+  // Fires what is due and loads timers as their time nears.
+  void Tick();
+
+  // Checks a definition: schedule, zone, topic, start and end.
+  static Status Validate(const std::string& name, const TimerSpec& spec);
+  // Stores a new timer; `done` gets it once durable.
+  void Create(std::string name, TimerSpec spec, InfoDone done);
+  // Replaces a timer's name and definition; its next fire is counted from now.
+  void Replace(uint64_t id, std::string name, TimerSpec spec, InfoDone done);
+  // Pauses or resumes. A resumed timer meets the fires it missed while
+  // paused under its misfire policy.
+  void SetActive(uint64_t id, bool active, InfoDone done);
+  void Delete(uint64_t id, Done done);
+
+  Result<TimerInfo> Get(uint64_t id);
+  Result<std::vector<TimerInfo>> List(uint64_t after_id, size_t limit);
+  Result<std::vector<store::TimerFire>> Fires(uint64_t id, size_t limit);
+  // The next `count` fire times of `spec` after `after_ms`, within its start
+  // and end; `anchor_ms` is the @every origin when the spec has no start.
+  static Result<std::vector<int64_t>> Preview(const TimerSpec& spec, int64_t after_ms,
+                                              int64_t anchor_ms, size_t count);
+
+  size_t loaded() const { return loaded_.size(); }
+
+ private:
+  // A definition ready to compute with.
+  struct Compiled {
+    TimerSpec spec;
+    cron::Schedule schedule;
+    const date::time_zone* zone = nullptr;
+  };
+  struct Loaded {
+    store::TimerRecord record;
+    std::shared_ptr<const Compiled> compiled;
+    int64_t process_at_ms = 0;  // when Tick handles it next (its key in due_)
+    bool in_flight = false;     // a fire's submission is not yet durable
+    uint64_t generation = 0;    // bumped by every change through the API
+    uint64_t last_job_id = 0;   // the job of its latest fire, for overlap
+  };
+
+  static Result<std::shared_ptr<const Compiled>> Compile(const TimerSpec& spec);
+  // The first fire strictly after `after_ms` within start and end; 0: none.
+  static int64_t NextFire(const Compiled& c, int64_t after_ms, int64_t created_ms);
+
+  void Load(int64_t now_ms);
+  // Holds `record` in memory if it fires before `window_end_ms` (0: the
+  // loaded window's end), else lets it go.
+  void Hold(const store::TimerRecord& record, std::shared_ptr<const Compiled> compiled,
+            uint64_t last_job_id, int64_t window_end_ms = 0);
+  void Drop(uint64_t id);
+  void Queue(Loaded& t, int64_t at_ms);
+  void Fire(Loaded& t, int64_t now_ms);
+  void Fired(uint64_t id, uint64_t generation, const Status& s, int64_t next_ms, int64_t last_ms,
+             uint64_t job_id);
+  bool StillRunning(uint64_t job_id);
+  void Put(store::TimerRecord record, std::shared_ptr<const Compiled> compiled, InfoDone done);
+  void ArmWake();
+
+  store::Store& store_;
+  engine::Engine& engine_;
+  const Clock& clock_;
+  TimerOptions options_;
+  WakeFn wake_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, Loaded> loaded_;
+  std::set<std::pair<int64_t, uint64_t>> due_;  // (process_at_ms, id), not in flight
+  int64_t loaded_until_ms_ = 0;                 // every timer firing before this is in memory
+  int64_t armed_ms_ = -1;
+  uint64_t generation_ = 0;
+};
+
+}  // namespace delayd::timer
