@@ -6,6 +6,7 @@
 #include "common/time_format.h"
 #include "delivery/dispatcher.h"
 #include "engine/spec_json.h"
+#include "http/api_util.h"
 
 namespace delayd::http {
 
@@ -37,6 +38,16 @@ enum RouteId : size_t {
   kBury,
   kTouch,
   kAttempts,
+  kTimerPreview,
+  kTimerCreate,
+  kTimerList,
+  kTimerGet,
+  kTimerPatch,
+  kTimerDelete,
+  kTimerPause,
+  kTimerResume,
+  kTimerNext,
+  kTimerFires,
 };
 
 const std::vector<RouteSpec> kRoutes = {
@@ -63,6 +74,16 @@ const std::vector<RouteSpec> kRoutes = {
     {"POST", "/v1/jobs/{id}/bury"},
     {"POST", "/v1/jobs/{id}/touch"},
     {"GET", "/v1/jobs/{id}/attempts"},
+    {"POST", "/v1/timers/preview"},
+    {"POST", "/v1/timers"},
+    {"GET", "/v1/timers"},
+    {"GET", "/v1/timers/{id}"},
+    {"PATCH", "/v1/timers/{id}"},
+    {"DELETE", "/v1/timers/{id}"},
+    {"POST", "/v1/timers/{id}/pause"},
+    {"POST", "/v1/timers/{id}/resume"},
+    {"GET", "/v1/timers/{id}/next"},
+    {"GET", "/v1/timers/{id}/fires"},
 };
 
 std::vector<std::string_view> Split(std::string_view s, char sep) {
@@ -157,60 +178,6 @@ Response Problem(int status, const char* slug, const std::string& title, const s
   return r;
 }
 
-Result<json> ParseBody(const Request& req, bool required) {
-  if (req.body.empty()) {
-    if (required) return Status::InvalidField("body", "a JSON body is required");
-    return json::object();
-  }
-  // The body is read as JSON whatever Content-Type says: curl -d sends
-  // form encoding by default, and the JSON error below is clearer.
-  json j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded()) return Status::InvalidField("body", "is not valid JSON");
-  return j;
-}
-
-std::optional<std::string> QueryValue(const std::vector<std::pair<std::string, std::string>>& q,
-                                      std::string_view name) {
-  for (auto& [k, v] : q) {
-    if (k == name) return v;
-  }
-  return std::nullopt;
-}
-
-Result<int64_t> QueryInt(const std::vector<std::pair<std::string, std::string>>& q,
-                         const char* name, int64_t lo, int64_t hi, int64_t dflt) {
-  auto v = QueryValue(q, name);
-  if (!v) return dflt;
-  int64_t n = 0;
-  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-  if (ec != std::errc() || p != v->data() + v->size() || n < lo || n > hi) {
-    return Status::InvalidField(
-        name, "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
-  }
-  return n;
-}
-
-Result<uint64_t> JobId(const std::string& s) {
-  uint64_t id = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), id);
-  if (ec != std::errc() || p != s.data() + s.size() || id == 0) {
-    return Status::InvalidField("id", "must be a positive integer job id");
-  }
-  return id;
-}
-
-Status CheckTopicName(const std::string& name) {
-  static constexpr std::string_view kAllowed =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()";
-  if (name.empty() || name.size() > 200 || name.front() == '-' ||
-      name.find_first_not_of(kAllowed) != std::string::npos) {
-    return Status::InvalidField("topic",
-                                "must be 1-200 characters of letters, digits and -+/;.$_() "
-                                "(beanstalkd's tube names), not starting with -");
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 // Waits for one HTTP reserve: an engine client watching the asked-for topics
@@ -294,13 +261,15 @@ Response ProblemResponse(const Status& s) {
 const std::vector<RouteSpec>& Api::Routes() { return kRoutes; }
 
 Api::Api(boost::asio::io_context& io, engine::Engine& engine, const Clock& clock,
-         delivery::Dispatcher* dispatcher, std::function<json()> server_stats, ApiOptions options)
+         delivery::Dispatcher* dispatcher, std::function<json()> server_stats, ApiOptions options,
+         timer::TimerService* timers)
     : io_(io),
       engine_(engine),
       clock_(clock),
       dispatcher_(dispatcher),
       server_stats_(std::move(server_stats)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      timers_(timers) {}
 
 void Api::Handle(Request req, Reply reply) {
   if (options_.token.size() > 0 && req.path.rfind("/v1/", 0) == 0 &&
@@ -342,6 +311,9 @@ void Api::Dispatch(size_t route, Call& c) {
   if (std::string_view(kRoutes[route].pattern).rfind("/v1/topics/{topic}", 0) == 0) {
     Status s = CheckTopicName(c.params[0]);
     if (!s.ok()) return c.reply(ProblemResponse(s));
+  }
+  if (std::string_view(kRoutes[route].pattern).rfind("/v1/timers", 0) == 0 && timers_ == nullptr) {
+    return c.reply(ProblemResponse(Status::Unavailable("timers are not running on this server")));
   }
   switch (static_cast<RouteId>(route)) {
     case kHealth:
@@ -390,6 +362,26 @@ void Api::Dispatch(size_t route, Call& c) {
       return Settle(c, engine::Engine::Settle::kTouch);
     case kAttempts:
       return Attempts(c);
+    case kTimerPreview:
+      return PreviewTimer(c);
+    case kTimerCreate:
+      return CreateTimer(c);
+    case kTimerList:
+      return ListTimers(c);
+    case kTimerGet:
+      return GetTimer(c);
+    case kTimerPatch:
+      return PatchTimer(c);
+    case kTimerDelete:
+      return DeleteTimer(c);
+    case kTimerPause:
+      return SetTimerActive(c, false);
+    case kTimerResume:
+      return SetTimerActive(c, true);
+    case kTimerNext:
+      return NextFires(c);
+    case kTimerFires:
+      return TimerFires(c);
   }
 }
 
@@ -455,7 +447,7 @@ void Api::SubmitJobs(Call& c) {
 }
 
 void Api::GetJob(Call& c) {
-  auto id = JobId(c.params[0]);
+  auto id = ParseId(c.params[0], "job");
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   ReplyJob(c.reply, *id);
 }
@@ -467,7 +459,7 @@ void Api::GetByKey(Call& c) {
 }
 
 void Api::PatchJob(Call& c) {
-  auto id = JobId(c.params[0]);
+  auto id = ParseId(c.params[0], "job");
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto body = ParseBody(c.req, true);
   if (!body.ok()) return c.reply(ProblemResponse(body.status()));
@@ -480,7 +472,7 @@ void Api::PatchJob(Call& c) {
 }
 
 void Api::DeleteJob(Call& c) {
-  auto id = JobId(c.params[0]);
+  auto id = ParseId(c.params[0], "job");
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   engine_.Remove(*id, [reply = std::move(c.reply)](const Status& s) {
     if (!s.ok()) return reply(ProblemResponse(s));
@@ -544,7 +536,7 @@ void Api::ListJobs(Call& c) {
 }
 
 void Api::Action(Call& c, const std::string& action) {
-  auto id = JobId(c.params[0]);
+  auto id = ParseId(c.params[0], "job");
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto then = [this, id = *id, reply = std::move(c.reply)](const Status& s) {
     if (!s.ok()) return reply(ProblemResponse(s));
@@ -556,7 +548,7 @@ void Api::Action(Call& c, const std::string& action) {
 }
 
 void Api::Attempts(Call& c) {
-  auto id = JobId(c.params[0]);
+  auto id = ParseId(c.params[0], "job");
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto info = engine_.GetJob(*id);
   if (!info.ok()) return c.reply(ProblemResponse(info.status()));
@@ -602,7 +594,7 @@ void Api::EndLongPolls() {
 }
 
 void Api::Settle(Call& c, engine::Engine::Settle how) {
-  auto id = JobId(c.params[0]);
+  auto id = ParseId(c.params[0], "job");
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto body = ParseBody(c.req, false);
   if (!body.ok()) return c.reply(ProblemResponse(body.status()));

@@ -19,6 +19,10 @@
 namespace delayd::delivery {
 class Dispatcher;
 }
+namespace delayd::timer {
+class TimerService;
+struct TimerInfo;
+}  // namespace delayd::timer
 
 namespace delayd::http {
 
@@ -39,10 +43,11 @@ struct RouteSpec {
 
 class Api final : public Handler {
  public:
-  // All references must outlive the Api; `dispatcher` may be null.
+  // All references must outlive the Api; `dispatcher` and `timers` may be
+  // null (the timer routes then answer 503).
   Api(boost::asio::io_context& io, engine::Engine& engine, const Clock& clock,
       delivery::Dispatcher* dispatcher, std::function<nlohmann::json()> server_stats,
-      ApiOptions options);
+      ApiOptions options, timer::TimerService* timers = nullptr);
   void Handle(Request req, Reply reply) override;
 
   // Shutting down: every waiting HTTP reserve answers 503 now.
@@ -75,6 +80,17 @@ class Api final : public Handler {
   void PutTopic(Call& c);
   void PauseTopic(Call& c, bool pause);
   void Stats(Call& c);
+  // timer_api.cc
+  void CreateTimer(Call& c);
+  void ListTimers(Call& c);
+  void GetTimer(Call& c);
+  void PatchTimer(Call& c);
+  void DeleteTimer(Call& c);
+  void SetTimerActive(Call& c, bool active);
+  void NextFires(Call& c);
+  void PreviewTimer(Call& c);
+  void TimerFires(Call& c);
+  void ReplyTimer(const Reply& reply, Result<timer::TimerInfo> r, int status = 200);
 
   nlohmann::json RenderTopic(const engine::TopicInfo& t) const;
   // Replies with the job as it now reads, or the status as a problem.
@@ -87,6 +103,7 @@ class Api final : public Handler {
   std::function<nlohmann::json()> server_stats_;
   ApiOptions options_;
   std::unordered_set<std::shared_ptr<PullWaiter>> waiters_;  // HTTP reserves still waiting
+  timer::TimerService* timers_;
 };
 
 // A problem+json response (RFC 9457) for a failed status.

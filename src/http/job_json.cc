@@ -196,6 +196,21 @@ Result<engine::JobPatch> ParseJobPatch(const json& j, const JobLimits& limits, i
   return p;
 }
 
+// A body reads back as it was given: JSON stays JSON; bytes (and beanstalk
+// bodies that are not JSON) come back as base64. A body given as JSON was
+// stored as nlohmann's rendering of it, so it is embedded as it is; any
+// other is checked first.
+void WriteBody(JsonWriter& w, const std::string& body, engine::BodyEncoding encoding) {
+  if (!body.empty() &&
+      (encoding == BodyEncoding::kJson ||
+       // nlohmann skips a byte-order mark that would make the reply invalid.
+       (encoding == BodyEncoding::kRaw && body[0] != '\xEF' && json::accept(body)))) {
+    w.Key("body").Raw(body);
+  } else {
+    w.Key("body_base64").String(Base64Encode(body));
+  }
+}
+
 void WriteJobFields(JsonWriter& w, const engine::JobInfo& info) {
   const store::JobRecord& r = info.record;
   const engine::JobSpec* spec = info.spec.get();
@@ -215,19 +230,7 @@ void WriteJobFields(JsonWriter& w, const engine::JobInfo& info) {
   spec && spec->retry ? engine::WriteJson(w, *spec->retry) : w.Null();
   w.Key("last_error");
   r.last_error.empty() ? w.Null() : w.String(r.last_error);
-  // A body reads back as it was given: JSON stays JSON; bytes (and
-  // beanstalk bodies that are not JSON) come back as base64. A body given
-  // as JSON was stored as nlohmann's rendering of it, so it is embedded as
-  // it is; any other is checked first.
-  const engine::BodyEncoding encoding = spec ? spec->encoding : BodyEncoding::kRaw;
-  if (!r.body.empty() &&
-      (encoding == BodyEncoding::kJson ||
-       // nlohmann skips a byte-order mark that would make the reply invalid.
-       (encoding == BodyEncoding::kRaw && r.body[0] != '\xEF' && json::accept(r.body)))) {
-    w.Key("body").Raw(r.body);
-  } else {
-    w.Key("body_base64").String(Base64Encode(r.body));
-  }
+  WriteBody(w, r.body, spec ? spec->encoding : BodyEncoding::kRaw);
   if (r.state == store::StoredState::kDone) w.Key("done_at").Time(r.done_ms);
   if (std::string_view(info.state) == "reserved") {
     w.Key("lease").BeginObject();

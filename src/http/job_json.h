@@ -27,6 +27,8 @@ Result<engine::JobPatch> ParseJobPatch(const nlohmann::json& j, const JobLimits&
 // A job as it reads back. WriteJobFields writes its members into an object
 // the caller has opened, so a reply can add its own (`duplicate`).
 void WriteJobFields(JsonWriter& w, const engine::JobInfo& info);
+// `body` or `body_base64`, as the body was given.
+void WriteBody(JsonWriter& w, const std::string& body, engine::BodyEncoding encoding);
 std::string RenderJob(const engine::JobInfo& info);
 
 using delayd::Base64Decode;

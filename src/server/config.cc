@@ -35,7 +35,8 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "max-request-bytes",
                                                "done-retention-ms",
                                                "max-deliveries",
-                                               "topic-concurrency"};
+                                               "topic-concurrency",
+                                               "timer-misfire-grace-ms"};
   for (auto& [key, value] : t) {
     if (!kKnown.count(std::string(key.str()))) {
       return Status::InvalidArgument(path + ": unknown key '" + std::string(key.str()) + "'");
@@ -77,6 +78,9 @@ Status LoadToml(const std::string& path, Config& config) {
   if (Status s = integer("done-retention-ms", config.done_retention_ms, 0); !s.ok()) return s;
   if (Status s = integer("max-deliveries", config.max_deliveries, 1); !s.ok()) return s;
   if (Status s = integer("topic-concurrency", config.topic_concurrency, 1); !s.ok()) return s;
+  if (Status s = integer("timer-misfire-grace-ms", config.timer_misfire_grace_ms, 0); !s.ok()) {
+    return s;
+  }
   for (auto [key, out] : {std::pair{"http", &config.http}, {"api-token", &config.api_token}}) {
     if (auto n = t[key]; n) {
       if (!n.is_string()) return type_error(key, "a string");
@@ -145,6 +149,10 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "Most deliveries in flight for one topic whose settings set no max_concurrency "
                  "(default 128)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1'000'000}));
+  app.add_option("--timer-misfire-grace-ms", c.timer_misfire_grace_ms,
+                 "A timer fire later than this (after downtime or a pause) counts as missed and "
+                 "follows the timer's misfire policy (default 60000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
   app.add_option("--log-level", c.log_level,
                  "trace, debug, info, warn, error or off (default info)")
       ->check(CLI::IsMember(kLogLevels));
@@ -192,6 +200,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--done-retention-ms")) c.done_retention_ms = file.done_retention_ms;
     if (!given("--max-deliveries")) c.max_deliveries = file.max_deliveries;
     if (!given("--topic-concurrency")) c.topic_concurrency = file.topic_concurrency;
+    if (!given("--timer-misfire-grace-ms")) {
+      c.timer_misfire_grace_ms = file.timer_misfire_grace_ms;
+    }
     c.beanstalk = file.beanstalk;
   }
   if (!beanstalk.empty()) c.beanstalk = beanstalk;

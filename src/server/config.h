@@ -23,8 +23,9 @@ struct Config {
   uint64_t max_batch = 1000;            // jobs per HTTP submission
   uint64_t max_request_bytes = 16 << 20;
   int64_t done_retention_ms = 3'600'000;
-  uint64_t max_deliveries = 4096;    // push deliveries in flight at once
-  uint64_t topic_concurrency = 128;  // ... for one topic without its own max_concurrency
+  uint64_t max_deliveries = 4096;           // push deliveries in flight at once
+  uint64_t topic_concurrency = 128;         // ... for one topic without its own max_concurrency
+  int64_t timer_misfire_grace_ms = 60'000;  // a timer fire later than this is missed
 };
 
 // The outcome of reading the command line: run with `config`, or exit with

@@ -27,6 +27,7 @@ Server::Server(Config config)
     : config_(std::move(config)),
       signals_(io_, SIGINT, SIGTERM, SIGUSR1),
       engine_timer_(io_),
+      timers_timer_(io_),
       shutdown_timer_(io_),
       purge_timer_(io_) {}
 
@@ -118,6 +119,11 @@ Status Server::Start() {
       delivery::DispatcherOptions{.max_in_flight = config_.max_deliveries,
                                   .topic_concurrency = config_.topic_concurrency});
   dispatcher_->Start();
+  timers_ = std::make_unique<timer::TimerService>(
+      *store_, *engine_, clock_,
+      timer::TimerOptions{.misfire_grace_ms = config_.timer_misfire_grace_ms},
+      [this](int64_t wall_ms) { ArmTimers(wall_ms); });
+  if (Status s = timers_->Start(); !s.ok()) return s;
   if (config_.http != "off") {
     http::ApiOptions ao;
     ao.token = config_.api_token;
@@ -125,7 +131,7 @@ Status Server::Start() {
     ao.limits.max_body_bytes = config_.max_job_size;
     ao.version = kVersion;
     api_ = std::make_unique<http::Api>(io_, *engine_, clock_, dispatcher_.get(), nullptr,
-                                       std::move(ao));
+                                       std::move(ao), timers_.get());
     http::ServerOptions so;
     so.max_body_bytes = config_.max_request_bytes;
     so.max_connections = config_.max_connections;
@@ -150,6 +156,14 @@ void Server::ArmTimer(int64_t steady_us) {
     if (ec) return;  // re-armed earlier, or stopping
     armed_us_ = -1;
     engine_->Tick();
+  });
+}
+
+void Server::ArmTimers(int64_t wall_ms) {
+  timers_timer_.expires_after(
+      std::chrono::milliseconds(std::max<int64_t>(0, wall_ms - clock_.WallMillis())));
+  timers_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec && !stopping_) timers_->Tick();
   });
 }
 
@@ -205,6 +219,7 @@ void Server::WaitForQuiet(int attempts_left) {
   if (http_server_) http_server_->CloseAll();
   store_->Close();
   engine_timer_.cancel();
+  timers_timer_.cancel();
   signals_.cancel();
   io_.stop();
 }

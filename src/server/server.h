@@ -16,6 +16,7 @@
 #include "protocol/beanstalk/listener.h"
 #include "server/config.h"
 #include "store/sqlite/sqlite_store.h"
+#include "timer/timer_service.h"
 
 namespace delayd::server {
 
@@ -33,6 +34,7 @@ class Server {
 
  private:
   void ArmTimer(int64_t steady_us);
+  void ArmTimers(int64_t wall_ms);
   void OnSignal(int signo);
   void Shutdown();
   void WaitForQuiet(int attempts_left);
@@ -43,6 +45,7 @@ class Server {
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer engine_timer_;
+  boost::asio::steady_timer timers_timer_;
   boost::asio::steady_timer shutdown_timer_;
   int64_t armed_us_ = -1;
   std::unique_ptr<store::SqliteStore> store_;
@@ -52,6 +55,7 @@ class Server {
   std::unique_ptr<beanstalk::Listener> listener_;
   std::unique_ptr<delivery::HttpClient> http_client_;
   std::unique_ptr<delivery::Dispatcher> dispatcher_;
+  std::unique_ptr<timer::TimerService> timers_;
   std::unique_ptr<http::Api> api_;
   std::unique_ptr<http::Server> http_server_;
   boost::asio::steady_timer purge_timer_;

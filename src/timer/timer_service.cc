@@ -152,10 +152,10 @@ void TimerService::Queue(Loaded& t, int64_t at_ms) {
   due_.insert({at_ms, t.record.id});
 }
 
-void TimerService::ArmWake() {
+void TimerService::ArmWake(bool force) {
   int64_t at = loaded_until_ms_ - options_.horizon_ms + 1000;  // the next window step
   if (!due_.empty()) at = std::min(at, due_.begin()->first);
-  if (armed_ms_ < 0 || at != armed_ms_) {
+  if (force || armed_ms_ < 0 || at != armed_ms_) {
     armed_ms_ = at;
     if (wake_) wake_(at);
   }
@@ -171,7 +171,7 @@ void TimerService::Tick() {
     due_.erase(due_.begin());
     Fire(loaded_.at(id), now);
   }
-  ArmWake();
+  ArmWake(true);
 }
 
 bool TimerService::StillRunning(uint64_t job_id) {

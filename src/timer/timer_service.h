@@ -113,7 +113,9 @@ class TimerService {
              uint64_t job_id);
   bool StillRunning(uint64_t job_id);
   void Put(store::TimerRecord record, std::shared_ptr<const Compiled> compiled, InfoDone done);
-  void ArmWake();
+  // Tells the host when to tick next; `force` after a tick, which used up
+  // the host's timer.
+  void ArmWake(bool force = false);
 
   store::Store& store_;
   engine::Engine& engine_;

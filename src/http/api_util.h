@@ -1,0 +1,29 @@
+// Request helpers shared by the API's route handlers: the JSON body, query
+// parameters, ids and topic names, each failing with the field at fault.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "http/server.h"
+
+namespace delayd::http {
+
+using Query = std::vector<std::pair<std::string, std::string>>;
+
+// The request body as JSON; an empty body is an error when `required`, else {}.
+Result<nlohmann::json> ParseBody(const Request& req, bool required);
+std::optional<std::string> QueryValue(const Query& q, std::string_view name);
+// The integer parameter `name` within [lo, hi], or `dflt` when absent.
+Result<int64_t> QueryInt(const Query& q, const char* name, int64_t lo, int64_t hi, int64_t dflt);
+// A positive id from the path; `what` names it in the error ("job").
+Result<uint64_t> ParseId(const std::string& s, const char* what);
+// beanstalkd's tube-name rules.
+Status CheckTopicName(const std::string& name);
+
+}  // namespace delayd::http
