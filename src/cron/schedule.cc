@@ -22,6 +22,10 @@ constexpr std::array<const char*, 7> kDayNames = {"SUN", "MON", "TUE", "WED", "T
 // schedule (the longest gap between 29 Februaries is 8 years).
 constexpr int kSearchYears = 30;
 
+// The longest @every interval: a year and a day keeps every fire-time sum
+// far from overflowing (fuzzing found "@every 13h33333666266660m").
+constexpr int64_t kMaxEveryMs = 366LL * 86'400'000;
+
 struct Field {
   const char* name;  // for errors: "minute field"
   int lo, hi;
@@ -160,10 +164,10 @@ Result<Schedule> Schedule::Parse(std::string_view text) {
       std::string_view rest = text.substr(6);
       while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
       std::optional<int64_t> ms = ParseDurationMs(rest);
-      if (!ms || *ms < 1000 || *ms % 1000 != 0) {
-        return Status::InvalidField(
-            "schedule",
-            "@every needs a whole number of seconds, at least 1s, such as 90s or 1h30m");
+      if (!ms || *ms < 1000 || *ms % 1000 != 0 || *ms > kMaxEveryMs) {
+        return Status::InvalidField("schedule",
+                                    "@every needs a whole number of seconds from 1s to 366d, "
+                                    "such as 90s or 1h30m");
       }
       Schedule s;
       s.interval_ms_ = *ms;

@@ -178,6 +178,9 @@ TEST(ScheduleTest, BadSchedulesSayWhatIsWrong) {
   EXPECT_NE(error("@every 0s").find("@every"), std::string::npos);
   EXPECT_NE(error("@every 1500ms").find("whole number of seconds"), std::string::npos);
   EXPECT_NE(error("@every soon").find("@every"), std::string::npos);
+  EXPECT_NE(error("@every 367d").find("366d"), std::string::npos);
+  EXPECT_NE(error("@every 13h33333666266660m").find("@every"), std::string::npos);
+  EXPECT_TRUE(Schedule::Parse("@every 366d").ok());
   Result<const date::time_zone*> zone = FindZone("Mars/Olympus_Mons");
   ASSERT_FALSE(zone.ok());
   EXPECT_EQ(zone.status().field(), "timezone");
