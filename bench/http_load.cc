@@ -8,6 +8,12 @@
 //       `lead-ms` from now, and prints delivery throughput and lateness
 //       (receipt time minus Delayd-Due-At) p50/p99/max.
 //
+//   http_load timers --port P [--timers 100000] [--period hour|minute]
+//       creates timers (hourly, spread over the seconds of the hour; or
+//       every minute) whose jobs push to a local receiver, and prints the
+//       fire lateness over one whole minute (receipt time minus
+//       Delayd-Due-At, which is the fire time).
+//
 // The receiver here is one epoll thread that answers 200 at once, as a
 // well-built target would; the tests' receiver (a thread per connection,
 // programmable answers) cost more CPU than delayd on this 2-core machine
@@ -238,9 +244,10 @@ std::pair<long long, long long> CpuSteal() {
   return {v[7], total};
 }
 
-// Jobs in batches of `batch` over `conns` connections; returns jobs/s.
-double Submit(int port, const std::string& topic, long jobs, long batch, long conns,
-              const std::function<std::string(long i)>& job) {
+// POSTs `jobs` items to `path` in batches of `batch` (1: one object per
+// request, else a JSON array) over `conns` connections; returns items/s.
+double Post(int port, const std::string& path, long jobs, long batch, long conns,
+            const std::function<std::string(long i)>& job) {
   std::atomic<long> next{0};
   std::atomic<bool> failed{false};
   auto start = steady_clock::now();
@@ -258,7 +265,7 @@ double Submit(int port, const std::string& topic, long jobs, long batch, long co
           for (long i = 0; i < n; ++i) body += (i ? "," : "") + job(first + i);
           body += "]";
         }
-        if (Exchange(fd, "/v1/topics/" + topic + "/jobs", body, buf) != 201) {
+        if (Exchange(fd, path, body, buf) != 201) {
           fprintf(stderr, "submit failed: %s\n", buf.c_str());
           failed = true;
           break;
@@ -272,11 +279,70 @@ double Submit(int port, const std::string& topic, long jobs, long batch, long co
   return jobs / duration<double>(steady_clock::now() - start).count();
 }
 
+double StealPct(std::pair<long long, long long> a, std::pair<long long, long long> b) {
+  return b.second > a.second
+             ? 100.0 * (b.first - a.first) / static_cast<double>(b.second - a.second)
+             : 0;
+}
+
+struct Lateness {
+  double p50_ms = 0, p99_ms = 0, max_ms = 0;
+  long early = 0;
+  double span_s = 0;  // first to last arrival
+};
+
+// Lateness (arrival minus due time) of `hits`.
+Lateness Measure(const std::vector<FastReceiver::Hit>& hits) {
+  std::vector<int64_t> late;
+  int64_t first_us = INT64_MAX, last_us = 0;
+  for (const FastReceiver::Hit& h : hits) {
+    late.push_back(h.at_us - h.due_ms * 1000);
+    first_us = std::min(first_us, h.at_us);
+    last_us = std::max(last_us, h.at_us);
+  }
+  Lateness l;
+  if (late.empty()) return l;
+  std::sort(late.begin(), late.end());
+  l.p50_ms = late[late.size() / 2] / 1000.0;
+  l.p99_ms = late[late.size() * 99 / 100] / 1000.0;
+  l.max_ms = late.back() / 1000.0;
+  l.early =
+      static_cast<long>(std::count_if(late.begin(), late.end(), [](int64_t x) { return x < 0; }));
+  l.span_s = (last_us - first_us) / 1e6;
+  return l;
+}
+
+void PutTopic(int port, const std::string& topic, const std::string& settings) {
+  int fd = Connect(port);
+  std::string buf;
+  std::string req = "PUT /v1/topics/" + topic +
+                    " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(settings.size()) +
+                    "\r\n\r\n" + settings;
+  send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  char tmp[4096];
+  recv(fd, tmp, sizeof tmp, 0);
+  close(fd);
+}
+
+// With --dump FILE: one line per delivery (due ms, arrival us), to look at
+// lateness over time.
+void Dump(const char* path, const std::vector<FastReceiver::Hit>& hits) {
+  if (path == nullptr) return;
+  if (FILE* f = fopen(path, "w")) {
+    for (const auto& h : hits) fprintf(f, "%lld %lld\n", (long long)h.due_ms, (long long)h.at_us);
+    fclose(f);
+  }
+}
+
+int64_t NowMs() {
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: http_load submit|deliver --port P [...]\n");
+    fprintf(stderr, "usage: http_load submit|deliver|timers --port P [...]\n");
     return 2;
   }
   std::string mode = argv[1];
@@ -285,7 +351,7 @@ int main(int argc, char** argv) {
     const long jobs = Arg(argc, argv, "--jobs", 200000);
     const long batch = Arg(argc, argv, "--batch", 1000);
     const long conns = Arg(argc, argv, "--conns", 4);
-    double rate = Submit(port, "bench", jobs, batch, conns, [](long i) {
+    double rate = Post(port, "/v1/topics/bench/jobs", jobs, batch, conns, [](long i) {
       // Delays spread over an hour, as design.md asks of store benchmarks.
       return "{\"delay\":" + std::to_string(1000 + (i * 7919) % 3'600'000) +
              ",\"body\":{\"order\":" + std::to_string(i) + "}}";
@@ -301,17 +367,10 @@ int main(int argc, char** argv) {
     std::string settings =
         "{\"target\":{\"url\":\"" + rx.url() + "\"}" +
         (concurrency ? ",\"max_concurrency\":" + std::to_string(concurrency) : "") + "}";
-    int fd = Connect(port);
-    std::string buf;
-    std::string req = "PUT /v1/topics/push HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                      std::to_string(settings.size()) + "\r\n\r\n" + settings;
-    send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-    char tmp[4096];
-    recv(fd, tmp, sizeof tmp, 0);
-    close(fd);
+    PutTopic(port, "push", settings);
     const int64_t base =
         duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count() + lead_ms;
-    double submit_rate = Submit(port, "push", jobs, 1000, 4, [&](long i) {
+    double submit_rate = Post(port, "/v1/topics/push/jobs", jobs, 1000, 4, [&](long i) {
       // Due times spread evenly over one second.
       return "{\"run_at\":\"" + delayd::FormatRfc3339Ms(base + i * 1000 / jobs) +
              "\",\"body\":" + std::to_string(i) + "}";
@@ -331,37 +390,61 @@ int main(int argc, char** argv) {
       }
       std::this_thread::sleep_for(milliseconds(10));
     }
-    const auto steal1 = CpuSteal();
-    const double steal_pct = steal1.second > steal0.second
-                                 ? 100.0 * (steal1.first - steal0.first) /
-                                       static_cast<double>(steal1.second - steal0.second)
-                                 : 0;
+    const double steal_pct = StealPct(steal0, CpuSteal());
     std::vector<FastReceiver::Hit> got = rx.hits();
-    if (const char* path = ArgText(argc, argv, "--dump")) {
-      // One line per delivery, for looking at lateness over time.
-      if (FILE* f = fopen(path, "w")) {
-        for (const auto& h : got)
-          fprintf(f, "%lld %lld\n", (long long)h.due_ms, (long long)h.at_us);
-        fclose(f);
-      }
-    }
-    std::vector<int64_t> late;
-    int64_t first_us = INT64_MAX, last_us = 0;
-    for (const FastReceiver::Hit& h : got) {
-      late.push_back(h.at_us - h.due_ms * 1000);
-      first_us = std::min(first_us, h.at_us);
-      last_us = std::max(last_us, h.at_us);
-    }
-    std::sort(late.begin(), late.end());
-    double secs = (last_us - first_us) / 1e6;
+    Dump(ArgText(argc, argv, "--dump"), got);
+    const Lateness l = Measure(got);
     printf(
         "deliver jobs=%ld submit_per_s=%.0f deliveries_per_s=%.0f (over %.2f s) lateness_ms "
         "p50=%.2f p99=%.2f max=%.2f early=%ld cpu_steal=%.1f%%\n",
-        jobs, submit_rate, (jobs - 1) / secs, secs, late[late.size() / 2] / 1000.0,
-        late[late.size() * 99 / 100] / 1000.0, late.back() / 1000.0,
-        static_cast<long>(std::count_if(late.begin(), late.end(), [](int64_t l) { return l < 0; })),
+        jobs, submit_rate, (jobs - 1) / l.span_s, l.span_s, l.p50_ms, l.p99_ms, l.max_ms, l.early,
         steal_pct);
     return 0;
+  }
+  if (mode == "timers") {
+    // N timers whose jobs push to the receiver. With --period hour (the
+    // default) timer i fires hourly at second i of the hour (mod 3600), so
+    // fires spread over the hour; with minute, every minute at second i % 60
+    // (N/60 fires at each whole second). Lateness is taken over one whole
+    // minute of fires.
+    const long timers = Arg(argc, argv, "--timers", 100000);
+    const std::string period =
+        ArgText(argc, argv, "--period") ? ArgText(argc, argv, "--period") : "hour";
+    const bool hourly = period != "minute";
+    FastReceiver rx;
+    PutTopic(port, "tb", "{\"target\":{\"url\":\"" + rx.url() + "\"}}");
+    double create_rate = Post(port, "/v1/timers", timers, 1, 4, [hourly](long i) {
+      const std::string schedule =
+          hourly ? std::to_string(i % 60) + " " + std::to_string(i / 60 % 60) + " * * * *"
+                 : std::to_string(i % 60) + " * * * * *";
+      return "{\"name\":\"bench-" + std::to_string(i) + "\",\"topic\":\"tb\",\"schedule\":\"" +
+             schedule + "\",\"template\":{\"body\":" + std::to_string(i) + "}}";
+    });
+    // Measure the first whole minute that starts 5 s from now or later.
+    const int64_t from = (NowMs() + 5000 + 59'999) / 60'000 * 60'000;
+    const int64_t to = from + 60'000;
+    long want = timers;
+    if (hourly) {
+      const long minute = from / 60'000 % 60;
+      want = 0;
+      for (long i = 0; i < timers; ++i) want += i / 60 % 60 == minute;
+    }
+    std::this_thread::sleep_until(system_clock::time_point(milliseconds(from)));
+    const auto steal0 = CpuSteal();
+    std::this_thread::sleep_until(system_clock::time_point(milliseconds(to + 2000)));
+    const double steal_pct = StealPct(steal0, CpuSteal());
+    std::vector<FastReceiver::Hit> window;
+    for (const auto& h : rx.hits()) {
+      if (h.due_ms >= from && h.due_ms < to) window.push_back(h);
+    }
+    Dump(ArgText(argc, argv, "--dump"), window);
+    const Lateness l = Measure(window);
+    printf(
+        "timers=%ld period=%s create_per_s=%.0f fires_in_minute=%zu (want %ld) fire_lateness_ms "
+        "p50=%.2f p99=%.2f max=%.2f early=%ld cpu_steal=%.1f%%\n",
+        timers, hourly ? "hour" : "minute", create_rate, window.size(), want, l.p50_ms, l.p99_ms,
+        l.max_ms, l.early, steal_pct);
+    return window.size() == static_cast<size_t>(want) ? 0 : 1;
   }
   fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;

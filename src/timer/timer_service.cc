@@ -137,7 +137,12 @@ void TimerService::Hold(const TimerRecord& record, std::shared_ptr<const Compile
   t.generation = ++generation_;
   t.last_job_id = last_job_id;
   t.in_flight = false;
-  Queue(t, record.next_fire_ms - options_.lead_ms);
+  Queue(t, record.next_fire_ms - Lead(record));
+}
+
+int64_t TimerService::Lead(const TimerRecord& r) const {
+  const int64_t previous = r.last_fire_ms > 0 ? r.last_fire_ms : r.created_ms;
+  return std::clamp((r.next_fire_ms - previous) / 4, int64_t{0}, options_.lead_ms);
 }
 
 void TimerService::Drop(uint64_t id) {
@@ -268,7 +273,7 @@ void TimerService::Fired(uint64_t id, uint64_t generation, const Status& s, int6
     if (next_ms == 0 || next_ms >= loaded_until_ms_) {
       Drop(id);
     } else {
-      Queue(t, next_ms - options_.lead_ms);
+      Queue(t, next_ms - Lead(t.record));
     }
   } else if (s.code() == StatusCode::kConflict) {
     // The store knows better (this fire time was recorded, or the timer is
