@@ -120,6 +120,33 @@ TEST_F(TimerTest, PauseThenResumeUnderEachMisfirePolicy) {
   }
 }
 
+TEST_F(TimerTest, OverlapSkipHoldsFiresWhileThePreviousJobWaits) {
+  json t = Ok(
+      "POST", "/v1/timers",
+      {{"name", "solo"}, {"topic", "solo"}, {"schedule", "* * * * * *"}, {"overlap", "skip"}}, 201);
+  const uint64_t timer_id = t["id"].get<uint64_t>();
+  const std::string id = std::to_string(timer_id);
+  ASSERT_TRUE(WaitUntil([&] { return Fired(timer_id).size() == 1; }, 5s));
+  const int64_t first = Fired(timer_id).front();
+  // Nobody takes the job: the next fires are skipped, and say so.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        json fires = Ok("GET", "/v1/timers/" + id + "/fires");
+        int skipped = 0;
+        for (const json& f : fires["fires"]) skipped += f["outcome"] == "skipped-overlap";
+        return skipped >= 2;
+      },
+      10s));
+  EXPECT_EQ(Fired(timer_id).size(), 1u);
+  // Once the job is finished, the timer fires again.
+  json job = Ok("POST", "/v1/topics/solo/reserve?timeout_ms=1000");
+  ASSERT_EQ(ParseRfc3339(job["due_at"].get<std::string>()), first);
+  Ok("POST", "/v1/jobs/" + std::to_string(job["id"].get<uint64_t>()) + "/finish",
+     {{"lease", job["lease"]["lease"]}}, 204);
+  ASSERT_TRUE(WaitUntil([&] { return Fired(timer_id).size() >= 2; }, 5s));
+  EXPECT_GT(Fired(timer_id).back(), first + 1000);
+}
+
 TEST_F(TimerTest, PreviewMatchesWhatThenFiresAndEndTimeIsHonoured) {
   json preview = Ok("POST", "/v1/timers/preview",
                     {{"schedule", "*/2 * * * * *"}, {"timezone", "Asia/Shanghai"}, {"count", 3}});
