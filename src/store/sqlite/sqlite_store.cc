@@ -678,28 +678,30 @@ Status SqliteStore::ApplyBatch(std::deque<Pending>& batch) {
   return s;
 }
 
-Result<std::optional<TimerRecord>> SqliteStore::GetTimer(uint64_t id) {
+namespace {
+
+// The timer whose column `column` equals `key`, if any.
+template <typename Key>
+Result<std::optional<TimerRecord>> OneTimer(sqlite3* db, const char* column, const Key& key) {
   Stmt q;
   Status s =
-      q.Prepare(read_db_, std::string("SELECT ") + kTimerColumns + " FROM timers WHERE id=?");
+      q.Prepare(db, std::string("SELECT ") + kTimerColumns + " FROM timers WHERE " + column + "=?");
   if (!s.ok()) return s;
-  q.Bind(1, static_cast<int64_t>(id));
+  q.Bind(1, key);
   auto rows = ReadTimers(q);
   if (!rows.ok()) return rows.status();
   if (rows->empty()) return std::optional<TimerRecord>();
   return std::optional<TimerRecord>(std::move(rows->front()));
 }
 
+}  // namespace
+
+Result<std::optional<TimerRecord>> SqliteStore::GetTimer(uint64_t id) {
+  return OneTimer(read_db_, "id", static_cast<int64_t>(id));
+}
+
 Result<std::optional<TimerRecord>> SqliteStore::GetTimerByName(const std::string& name) {
-  Stmt q;
-  Status s =
-      q.Prepare(read_db_, std::string("SELECT ") + kTimerColumns + " FROM timers WHERE name=?");
-  if (!s.ok()) return s;
-  q.Bind(1, name);
-  auto rows = ReadTimers(q);
-  if (!rows.ok()) return rows.status();
-  if (rows->empty()) return std::optional<TimerRecord>();
-  return std::optional<TimerRecord>(std::move(rows->front()));
+  return OneTimer(read_db_, "name", name);
 }
 
 Result<std::vector<TimerRecord>> SqliteStore::ListTimers(uint64_t after_id, size_t limit) {
