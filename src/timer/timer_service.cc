@@ -12,6 +12,8 @@ using store::TimerRecord;
 
 namespace {
 
+Status NameTaken() { return Status::InvalidField("name", "is taken by another timer"); }
+
 std::string FireKey(uint64_t id, int64_t fire_ms) {
   return "timer:" + std::to_string(id) + ":" + std::to_string(fire_ms);
 }
@@ -55,6 +57,11 @@ int64_t TimerService::NextFire(const Compiled& c, int64_t after_ms, int64_t crea
 }
 
 Status TimerService::Validate(const std::string& name, const TimerSpec& spec) {
+  return Check(name, spec).status();
+}
+
+Result<std::shared_ptr<const TimerService::Compiled>> TimerService::Check(const std::string& name,
+                                                                          const TimerSpec& spec) {
   if (name.empty() || name.size() > 200) {
     return Status::InvalidField("name", "must be 1-200 characters");
   }
@@ -67,7 +74,7 @@ Status TimerService::Validate(const std::string& name, const TimerSpec& spec) {
   if (spec.misfire_limit == 0) {
     return Status::InvalidField("misfire_limit", "must be at least 1");
   }
-  return Compile(spec).status();
+  return Compile(spec);
 }
 
 Result<std::vector<int64_t>> TimerService::Preview(const TimerSpec& spec, int64_t after_ms,
@@ -302,9 +309,8 @@ void TimerService::Put(TimerRecord record, std::shared_ptr<const Compiled> compi
   store_.Submit(Mutation::TimerPut(*rec),
                 [this, rec, compiled, done = std::move(done)](const Status& s) {
                   if (!s.ok()) {
-                    if (s.code() == StatusCode::kConflict) {
-                      return done(Status::InvalidField("name", "is taken by another timer"));
-                    }
+                    if (s.code() == StatusCode::kConflict)
+                      return done(NameTaken());  // a racing create
                     return done(s);
                   }
                   Hold(*rec, compiled, 0);
@@ -314,12 +320,11 @@ void TimerService::Put(TimerRecord record, std::shared_ptr<const Compiled> compi
 }
 
 void TimerService::Create(std::string name, TimerSpec spec, InfoDone done) {
-  Status v = Validate(name, spec);
-  if (!v.ok()) return done(v);
+  auto compiled = Check(name, spec);
+  if (!compiled.ok()) return done(compiled.status());
   auto taken = store_.GetTimerByName(name);
   if (!taken.ok()) return done(taken.status());
-  if (taken->has_value()) return done(Status::InvalidField("name", "is taken by another timer"));
-  auto compiled = Compile(spec);
+  if (taken->has_value()) return done(NameTaken());
   TimerRecord r;
   r.id = next_id_++;
   r.name = std::move(name);
@@ -330,12 +335,11 @@ void TimerService::Create(std::string name, TimerSpec spec, InfoDone done) {
 }
 
 void TimerService::Replace(uint64_t id, std::string name, TimerSpec spec, InfoDone done) {
-  Status v = Validate(name, spec);
-  if (!v.ok()) return done(v);
+  auto compiled = Check(name, spec);
+  if (!compiled.ok()) return done(compiled.status());
   auto row = store_.GetTimer(id);
   if (!row.ok()) return done(row.status());
   if (!row->has_value()) return done(Status::NotFound("no such timer"));
-  auto compiled = Compile(spec);
   TimerRecord r = **row;
   r.name = std::move(name);
   r.definition = EncodeTimerSpec(spec);

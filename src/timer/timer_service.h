@@ -104,6 +104,9 @@ class TimerService {
   };
 
   static Result<std::shared_ptr<const Compiled>> Compile(const TimerSpec& spec);
+  // Validate, keeping what it compiled.
+  static Result<std::shared_ptr<const Compiled>> Check(const std::string& name,
+                                                       const TimerSpec& spec);
   // The first fire strictly after `after_ms` within start and end; 0: none.
   static int64_t NextFire(const Compiled& c, int64_t after_ms, int64_t created_ms);
 
