@@ -34,7 +34,6 @@ struct HttpClient::Transfer {
   OutResult result;
   std::string response_excerpt;
   curl_slist* headers = nullptr;
-  CURL* easy = nullptr;
   int64_t started_ms = 0;
   char error[CURL_ERROR_SIZE] = {0};
 
@@ -59,8 +58,7 @@ struct HttpClient::Transfer {
   }
 };
 
-HttpClient::HttpClient(Executor executor, size_t max_connections)
-    : executor_(std::move(executor)), max_connections_(max_connections) {
+HttpClient::HttpClient(Executor executor, size_t max_connections) : executor_(std::move(executor)) {
   static CurlGlobal global;
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -77,7 +75,7 @@ HttpClient::HttpClient(Executor executor, size_t max_connections)
   // burst queued ~800 there). The idle-connection cache is sized so that
   // connections in use are kept rather than closed and reopened.
   curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
-  curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(max_connections_));
+  curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(max_connections));
   curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, &HttpClient::OnSocket);
   curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this);
   curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, &HttpClient::OnTimer);
@@ -162,7 +160,6 @@ void HttpClient::Start(std::unique_ptr<Transfer> t) {
     curl_easy_reset(e);
   }
   const OutRequest& r = t->request;
-  t->easy = e;
   for (const std::string& h : r.headers) t->headers = curl_slist_append(t->headers, h.c_str());
   t->headers = curl_slist_append(t->headers, "Expect:");  // no 100-continue round trip
   curl_easy_setopt(e, CURLOPT_URL, r.url.c_str());

@@ -64,7 +64,6 @@ class HttpClient {
   static int OnTimer(void* multi, long timeout_ms, void* self);
 
   Executor executor_;
-  size_t max_connections_;
   std::mutex mu_;
   std::deque<std::unique_ptr<Transfer>> queue_;  // guarded by mu_
   bool stopping_ = false;                        // guarded by mu_
