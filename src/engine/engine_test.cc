@@ -10,10 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "store/sqlite/sqlite_store.h"
+#include "store/testing/flaky_store.h"
 #include "store/testing/posted_work.h"
 
 namespace delayd::engine {
 namespace {
+
+using store::testing::FlakyStore;
 
 // Records how each blocked reserve ended.
 struct Recorder : ClientObserver {
@@ -42,68 +45,6 @@ class TestClock final : public Clock {
   void StepWall(int64_t us) { base.StepWall(us); }
   ManualClock base;
   int64_t wall_lag_us = 0;
-};
-
-// Forwards to a real store, but fails every submission while `failing` is set,
-// as a full disk would (the mutation is not applied).
-class FlakyStore final : public store::Store {
- public:
-  explicit FlakyStore(store::Store& real, std::function<void(std::function<void()>)> post)
-      : real_(real), post_(std::move(post)) {}
-  Result<store::Recovered> Recover(int64_t m) override { return real_.Recover(m); }
-  void Submit(store::Mutation m, Done done) override {
-    if (failing) {
-      post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
-      return;
-    }
-    real_.Submit(std::move(m), std::move(done));
-  }
-  void SubmitAll(std::vector<store::Mutation> ms, Done done) override {
-    if (failing) {
-      post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
-      return;
-    }
-    real_.SubmitAll(std::move(ms), std::move(done));
-  }
-  Result<std::optional<store::JobRecord>> Get(uint64_t id) override { return real_.Get(id); }
-  Result<std::optional<store::JobRecord>> GetByKey(const std::string& t,
-                                                   const std::string& k) override {
-    return real_.GetByKey(t, k);
-  }
-  Result<std::vector<store::JobRecord>> List(const store::ListQuery& q) override {
-    return real_.List(q);
-  }
-  Result<std::vector<store::JobRecord>> LoadMinute(int64_t m, uint64_t a, size_t l) override {
-    return real_.LoadMinute(m, a, l);
-  }
-  Result<std::vector<store::JobRecord>> FarDelayed(const std::string& t, int64_t a,
-                                                   size_t l) override {
-    return real_.FarDelayed(t, a, l);
-  }
-  Result<std::optional<store::TimerRecord>> GetTimer(uint64_t id) override {
-    return real_.GetTimer(id);
-  }
-  Result<std::optional<store::TimerRecord>> GetTimerByName(const std::string& n) override {
-    return real_.GetTimerByName(n);
-  }
-  Result<std::vector<store::TimerRecord>> ListTimers(uint64_t a, size_t l) override {
-    return real_.ListTimers(a, l);
-  }
-  Result<std::vector<store::TimerRecord>> TimersDue(int64_t f, uint64_t a, int64_t b,
-                                                    size_t l) override {
-    return real_.TimersDue(f, a, b, l);
-  }
-  Result<uint64_t> NextTimerId() override { return real_.NextTimerId(); }
-  Result<std::vector<store::TimerFire>> TimerFires(uint64_t id, size_t l) override {
-    return real_.TimerFires(id, l);
-  }
-  store::StoreStats stats() const override { return real_.stats(); }
-  void Close() override { real_.Close(); }
-  bool failing = false;
-
- private:
-  store::Store& real_;
-  std::function<void(std::function<void()>)> post_;
 };
 
 class EngineTest : public ::testing::Test {

@@ -12,6 +12,7 @@
 
 #include "common/time_format.h"
 #include "store/sqlite/sqlite_store.h"
+#include "store/testing/flaky_store.h"
 #include "store/testing/posted_work.h"
 
 namespace delayd::timer {
@@ -38,10 +39,11 @@ class TimerServiceTest : public ::testing::Test {
     auto s = store::SqliteStore::Open({.path = (dir_ / "delayd.db").string()}, work_.executor());
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
+    flaky_ = std::make_unique<store::testing::FlakyStore>(*store_, work_.executor());
     engine_ =
-        std::make_unique<engine::Engine>(*store_, clock_, engine::EngineOptions{}, [](int64_t) {});
+        std::make_unique<engine::Engine>(*flaky_, clock_, engine::EngineOptions{}, [](int64_t) {});
     ASSERT_TRUE(engine_->Recover().ok());
-    timers_ = std::make_unique<TimerService>(*store_, *engine_, clock_, options,
+    timers_ = std::make_unique<TimerService>(*flaky_, *engine_, clock_, options,
                                              [this](int64_t at) { wake_ms_ = at; });
     ASSERT_TRUE(timers_->Start().ok());
   }
@@ -52,6 +54,7 @@ class TimerServiceTest : public ::testing::Test {
     RunPosted();
     timers_.reset();
     engine_.reset();
+    flaky_.reset();
     store_.reset();
   }
   void RunPosted() { work_.RunPosted(); }
@@ -114,6 +117,7 @@ class TimerServiceTest : public ::testing::Test {
   std::filesystem::path dir_;
   ManualClock clock_{kStartMs * 1000};
   std::unique_ptr<store::SqliteStore> store_;
+  std::unique_ptr<store::testing::FlakyStore> flaky_;  // what the engine and timers write to
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<TimerService> timers_;
   int64_t wake_ms_ = -1;
@@ -159,6 +163,17 @@ TEST_F(TimerServiceTest, NoFireIsRepeatedOrSkippedAcrossCrashes) {
   EXPECT_EQ(fired, Every(kStartMs + 1000, fired.back(), 1000));
   EXPECT_GE(fired.back(), now);
   EXPECT_LE(fired.back(), now + 1000);
+}
+
+TEST_F(TimerServiceTest, AFailedStoreWriteIsRetriedAndItsFireHappensOnce) {
+  TimerInfo t = Create("every-second", Spec("* * * * * *"));
+  flaky_->failing = true;  // the disk is full when the first fire is written
+  Run(1500, 50);
+  EXPECT_TRUE(JobFireTimes(t.record.id).empty());
+  EXPECT_EQ(timers_->Get(t.record.id)->record.next_fire_ms, kStartMs + 1000) << "not advanced";
+  flaky_->failing = false;
+  Run(1500, 50);  // retried within a second; the next fire on time
+  EXPECT_EQ(JobFireTimes(t.record.id), Every(kStartMs + 1000, kStartMs + 3000, 1000));
 }
 
 TEST_F(TimerServiceTest, MisfirePoliciesAfterAPause) {

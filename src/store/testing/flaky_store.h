@@ -1,0 +1,68 @@
+// Test support: a store that fails every submission on demand, as a full
+// disk would, and otherwise forwards to a real one.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "store/store.h"
+
+namespace delayd::store::testing {
+
+// Forwards to a real store, but fails every submission while `failing` is set,
+// as a full disk would (the mutation is not applied).
+class FlakyStore final : public Store {
+ public:
+  explicit FlakyStore(Store& real, std::function<void(std::function<void()>)> post)
+      : real_(real), post_(std::move(post)) {}
+  Result<Recovered> Recover(int64_t m) override { return real_.Recover(m); }
+  void Submit(Mutation m, Done done) override {
+    if (failing) {
+      post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
+      return;
+    }
+    real_.Submit(std::move(m), std::move(done));
+  }
+  void SubmitAll(std::vector<Mutation> ms, Done done) override {
+    if (failing) {
+      post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
+      return;
+    }
+    real_.SubmitAll(std::move(ms), std::move(done));
+  }
+  Result<std::optional<JobRecord>> Get(uint64_t id) override { return real_.Get(id); }
+  Result<std::optional<JobRecord>> GetByKey(const std::string& t, const std::string& k) override {
+    return real_.GetByKey(t, k);
+  }
+  Result<std::vector<JobRecord>> List(const ListQuery& q) override { return real_.List(q); }
+  Result<std::vector<JobRecord>> LoadMinute(int64_t m, uint64_t a, size_t l) override {
+    return real_.LoadMinute(m, a, l);
+  }
+  Result<std::vector<JobRecord>> FarDelayed(const std::string& t, int64_t a, size_t l) override {
+    return real_.FarDelayed(t, a, l);
+  }
+  Result<std::optional<TimerRecord>> GetTimer(uint64_t id) override { return real_.GetTimer(id); }
+  Result<std::optional<TimerRecord>> GetTimerByName(const std::string& n) override {
+    return real_.GetTimerByName(n);
+  }
+  Result<std::vector<TimerRecord>> ListTimers(uint64_t a, size_t l) override {
+    return real_.ListTimers(a, l);
+  }
+  Result<std::vector<TimerRecord>> TimersDue(int64_t f, uint64_t a, int64_t b, size_t l) override {
+    return real_.TimersDue(f, a, b, l);
+  }
+  Result<uint64_t> NextTimerId() override { return real_.NextTimerId(); }
+  Result<std::vector<TimerFire>> TimerFires(uint64_t id, size_t l) override {
+    return real_.TimerFires(id, l);
+  }
+  StoreStats stats() const override { return real_.stats(); }
+  void Close() override { real_.Close(); }
+  bool failing = false;
+
+ private:
+  Store& real_;
+  std::function<void(std::function<void()>)> post_;
+};
+
+}  // namespace delayd::store::testing
