@@ -55,10 +55,13 @@ void Dispatcher::SchedulePump() {
   // once for everything that became ready meanwhile.
   if (pump_posted_ || stopped_) return;
   pump_posted_ = true;
-  boost::asio::post(io_, [this] {
-    pump_posted_ = false;
-    Pump();
-  });
+  boost::asio::post(io_, [this] { PumpPending(); });
+}
+
+void Dispatcher::PumpPending() {
+  if (!pump_posted_) return;  // pumped already
+  pump_posted_ = false;
+  Pump();
 }
 
 void Dispatcher::Pump() {
@@ -143,6 +146,8 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
   req.headers.push_back("Delayd-Topic: " + lease.topic);
   req.headers.push_back("Delayd-Attempt: " + std::to_string(lease.attempt));
   req.headers.push_back("Delayd-Due-At: " + FormatRfc3339Ms(lease.due_ms));
+  req.headers.push_back("X-Sent-Us: " + std::to_string(clock_.WallMicros()));
+  req.headers.push_back("X-Created-Ms: " + std::to_string(lease.created_ms));
   if (req.method != "GET") req.body = *lease.body;
   if (settings != nullptr && !settings->signing_secret.empty()) {
     req.headers.push_back("Delayd-Signature: " + Signature(settings->signing_secret,

@@ -55,6 +55,11 @@ class Dispatcher {
   // Takes no more jobs; deliveries in flight still report back.
   void Stop() { stopped_ = true; }
 
+  // Runs a pump already scheduled for the next turn of the loop now. The
+  // engine's tick calls this, so that jobs it has just made due go out
+  // before whatever else the loop has queued (timer fires, API requests).
+  void PumpPending();
+
   DispatcherStats stats() const { return stats_; }
   uint64_t in_flight(const std::string& topic) const;
 

@@ -155,15 +155,24 @@ void Server::ArmTimer(int64_t steady_us) {
   engine_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) return;  // re-armed earlier, or stopping
     armed_us_ = -1;
-    engine_->Tick();
+    RunEngine();
   });
+}
+
+void Server::RunEngine() {
+  engine_->Tick();
+  if (dispatcher_) dispatcher_->PumpPending();
 }
 
 void Server::ArmTimers(int64_t wall_ms) {
   timers_timer_.expires_after(
       std::chrono::milliseconds(std::max<int64_t>(0, wall_ms - clock_.WallMillis())));
   timers_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec && !stopping_) timers_->Tick();
+    if (ec || stopping_) return;
+    // Cron fires fall on whole seconds, where due jobs gather too: jobs due
+    // now go out before the timer service's work (store reads, new jobs).
+    RunEngine();
+    timers_->Tick();
   });
 }
 

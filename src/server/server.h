@@ -35,6 +35,8 @@ class Server {
  private:
   void ArmTimer(int64_t steady_us);
   void ArmTimers(int64_t wall_ms);
+  // Makes due jobs ready and hands due push jobs to the HTTP client at once.
+  void RunEngine();
   void OnSignal(int signo);
   void Shutdown();
   void WaitForQuiet(int attempts_left);

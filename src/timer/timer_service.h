@@ -34,8 +34,7 @@ struct TimerOptions {
   // since the previous fire, at most this much: a store commit that is
   // slow now and then (a WAL checkpoint) does not make it late, and for a
   // timer that fires every second the previous job still has 750 ms to
-  // finish before overlap=skip judges it. Measured with 100k hourly timers:
-  // a 250 ms lead left several whole seconds of fires 20-35 ms late.
+  // finish before overlap=skip judges it.
   int64_t lead_ms = 1000;
   int64_t misfire_grace_ms = 60'000;  // a fire later than this is missed
   int64_t horizon_ms = 60'000;        // timers firing within this are in memory
