@@ -300,15 +300,17 @@ void Engine::Disconnect(Client* c) {
     Detach(j);
     MakeReady(j);
   }
+  // Each tube once: a tube both used and watched must not be looked at
+  // again after dropping it.
   std::vector<Tube*> touched = c->watch;
-  touched.push_back(c->use);
+  if (std::find(touched.begin(), touched.end(), c->use) == touched.end()) {
+    touched.push_back(c->use);
+  }
   --c->use->using_count;
   for (Tube* t : c->watch) --t->watching_count;
   auto it = std::find_if(clients_.begin(), clients_.end(), [c](auto& p) { return p.get() == c; });
   clients_.erase(it);
-  for (Tube* t : touched) {
-    if (FindTube(t->name) == t) MaybeDropTube(t);
-  }
+  for (Tube* t : touched) MaybeDropTube(t);
 }
 
 void Engine::Use(Client* c, const std::string& name) {

@@ -126,6 +126,20 @@ TEST_F(EngineTest, PutIsInvisibleUntilDurableThenGoesToWaitingReserver) {
   EXPECT_EQ(r.Take(), "reserved " + std::to_string(put->value()) + " hello");
 }
 
+// Found by the beanstalk fuzz target: a client that both used and watched
+// one tube read it after dropping it on disconnect (ASan: use after free).
+TEST_F(EngineTest, DisconnectDropsATubeBothUsedAndWatched) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  engine_->Use(c, "orders");
+  engine_->Watch(c, "orders");
+  ASSERT_TRUE(engine_->Ignore(c, "default").has_value());
+  engine_->Disconnect(c);
+  std::vector<std::string> names = engine_->TubeNames();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "orders"), 0) << "empty tube kept";
+  EXPECT_EQ(std::count(names.begin(), names.end(), "default"), 1);
+}
+
 TEST_F(EngineTest, ReservesByPriorityThenId) {
   Recorder r;
   Client* c = engine_->Connect(&r);
