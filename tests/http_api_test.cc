@@ -303,6 +303,20 @@ TEST_F(HttpApiTest, EveryValidationErrorNamesItsFieldAndChangesNothing) {
   EXPECT_EQ(Call("DELETE", "/v1/topics").status, 405);
 }
 
+// Found by the http fuzz target: a problem reply that quoted a request path
+// or query parameter that was not UTF-8 threw while rendering, and the
+// server died.
+TEST_F(HttpApiTest, PathsAndParametersThatAreNotUtf8GetAProblemReply) {
+  for (const std::string target : {"/v1/nowhere/\xff\xfe", "/v1/jobs?\xc3\x28=1",
+                                   "/v1/topics/t\x80/jobs"}) {
+    HttpReply r = Call(target.find("/jobs?") != std::string::npos ? "GET" : "POST", target, "{}");
+    EXPECT_GE(r.status, 400) << target;
+    EXPECT_LT(r.status, 500) << target;
+    EXPECT_TRUE(json::accept(r.body)) << target << ": " << r.body;
+  }
+  Ok("GET", "/v1/stats");  // still serving
+}
+
 TEST(HttpApiLimits, OversizedRequestsAndMissingTokensAreRefused) {
   DelaydServer server(MakeTempDir("delayd-http-limits"),
                       {"--api-token", "sekret", "--max-request-bytes", "2048"});

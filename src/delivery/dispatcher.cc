@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "common/json_dump.h"
 #include "common/time_format.h"
 #include "delivery/retry_policy.h"
 
@@ -241,7 +242,7 @@ void Dispatcher::MaybeAlert(const std::string& topic, TopicState& ts, const char
   OutRequest req;
   req.url = rule.webhook;
   req.headers.push_back("Content-Type: application/json");
-  req.body = body.dump();
+  req.body = DumpJson(body);
   req.timeout_ms = 10'000;
   client_.Send(std::move(req), [topic](OutResult r) {
     if (r.status < 200 || r.status >= 300) {

@@ -2,6 +2,7 @@
 // through TakePush and reports each delivery through PushDone.
 #include <nlohmann/json.hpp>
 
+#include "common/json_dump.h"
 #include "common/json_writer.h"
 #include "engine/engine.h"
 
@@ -69,7 +70,7 @@ void Engine::AppendAttempt(Job* j, const Attempt& a) {
     all.erase(all.begin(),
               all.begin() + static_cast<std::ptrdiff_t>(all.size() - options_.attempt_log_size));
   }
-  log = all.dump();
+  log = DumpJson(all);
 }
 
 void Engine::PushDone(uint64_t id, uint32_t attempt, const Attempt& a, bool success, bool dead,

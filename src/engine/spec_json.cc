@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "common/json_dump.h"
 #include "common/time_format.h"
 
 namespace delayd::engine {
@@ -360,7 +361,7 @@ std::shared_ptr<const JobSpec> DecodeSpec(const std::string& text) {
   return spec;
 }
 
-std::string EncodeSettings(const TopicSettings& s) { return ToJson(s, true).dump(); }
+std::string EncodeSettings(const TopicSettings& s) { return DumpJson(ToJson(s, true)); }
 
 std::shared_ptr<const TopicSettings> DecodeSettings(const std::string& text) {
   if (text.empty()) return nullptr;

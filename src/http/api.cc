@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <charconv>
 
+#include "common/json_dump.h"
 #include "common/time_format.h"
 #include "delivery/dispatcher.h"
 #include "engine/spec_json.h"
@@ -174,7 +175,7 @@ Response Problem(int status, const char* slug, const std::string& title, const s
   Response r;
   r.status = status;
   r.content_type = "application/problem+json";
-  r.body = j.dump();
+  r.body = DumpJson(j);
   return r;
 }
 
@@ -243,7 +244,7 @@ class PullWaiter final : public engine::ClientObserver,
 };
 
 Response JsonResponse(int status, const json& body) {
-  return JsonTextResponse(status, body.dump());
+  return JsonTextResponse(status, DumpJson(body));
 }
 
 Response JsonTextResponse(int status, std::string text) {

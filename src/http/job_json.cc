@@ -1,6 +1,7 @@
 #include "http/job_json.h"
 
 #include "common/base64.h"
+#include "common/json_dump.h"
 #include "common/time_format.h"
 #include "engine/spec_json.h"
 
@@ -22,7 +23,7 @@ Status ParseBody(const json& j, const std::string& prefix, const JobLimits& limi
     return Status::InvalidField(Field(prefix, "body_base64"), "give either body or body_base64");
   }
   if (j.contains("body")) {
-    *body = j["body"].dump();
+    *body = DumpJson(j["body"]);
     *encoding = BodyEncoding::kJson;
   } else if (j.contains("body_base64")) {
     const json& b = j["body_base64"];

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/base64.h"
+#include "common/json_dump.h"
 #include "engine/spec_json.h"
 
 namespace delayd::timer {
@@ -37,7 +38,7 @@ std::string EncodeTimerSpec(const TimerSpec& s) {
             {"ttr_ms", s.job.ttr_ms},
             {"body_base64", Base64Encode(s.job.body)},
             {"job_spec", engine::EncodeSpec(s.job.spec)}};
-  return j.dump();
+  return DumpJson(j);
 }
 
 Result<TimerSpec> DecodeTimerSpec(const std::string& text) {
