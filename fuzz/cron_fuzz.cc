@@ -17,10 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (schedule.status().field().empty()) abort();  // every error names its field
     return 0;
   }
-  static const date::time_zone* zones[] = {date::locate_zone("UTC"),
-                                           date::locate_zone("America/New_York"),
-                                           date::locate_zone("Europe/Berlin"),
-                                           date::locate_zone("Asia/Shanghai")};
+  static const date::time_zone* zones[] = {
+      date::locate_zone("UTC"), date::locate_zone("America/New_York"),
+      date::locate_zone("Europe/Berlin"), date::locate_zone("Asia/Shanghai")};
   for (const date::time_zone* zone : zones) {
     int64_t at = 1'795'305'600'000;  // 2026-11-22T00:00:00Z
     for (int i = 0; i < 8; ++i) {

@@ -487,10 +487,11 @@ void Api::ListJobs(Call& c) {
   engine::ListFilter f;
   static constexpr const char* kKnown[] = {"topic",      "state", "key_prefix", "due_after",
                                            "due_before", "limit", "cursor"};
-  for (auto& [k, v] : c.query) {
-    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* n) { return k == n; }) ==
-        std::end(kKnown)) {
-      return c.reply(ProblemResponse(Status::InvalidField(k, "unknown query parameter")));
+  for (const auto& param : c.query) {
+    const std::string& name = param.first;
+    if (std::find_if(std::begin(kKnown), std::end(kKnown),
+                     [&](const char* known) { return name == known; }) == std::end(kKnown)) {
+      return c.reply(ProblemResponse(Status::InvalidField(name, "unknown query parameter")));
     }
   }
   if (auto t = QueryValue(c.query, "topic")) f.topic = *t;

@@ -1,5 +1,6 @@
 // Test support: a store that fails every submission on demand, as a full
-// disk would, and otherwise forwards to a real one.
+// disk would, and otherwise forwards to a real one, counting the
+// submissions not yet answered.
 #pragma once
 
 #include <functional>
@@ -22,14 +23,14 @@ class FlakyStore final : public Store {
       post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
       return;
     }
-    real_.Submit(std::move(m), std::move(done));
+    real_.Submit(std::move(m), Counted(std::move(done)));
   }
   void SubmitAll(std::vector<Mutation> ms, Done done) override {
     if (failing) {
       post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
       return;
     }
-    real_.SubmitAll(std::move(ms), std::move(done));
+    real_.SubmitAll(std::move(ms), Counted(std::move(done)));
   }
   Result<std::optional<JobRecord>> Get(uint64_t id) override { return real_.Get(id); }
   Result<std::optional<JobRecord>> GetByKey(const std::string& t, const std::string& k) override {
@@ -59,10 +60,21 @@ class FlakyStore final : public Store {
   StoreStats stats() const override { return real_.stats(); }
   void Close() override { real_.Close(); }
   bool failing = false;
+  // Submissions forwarded and not yet answered.
+  size_t pending() const { return pending_; }
 
  private:
+  Done Counted(Done done) {
+    ++pending_;
+    return [this, done = std::move(done)](const Status& s) {
+      --pending_;
+      done(s);
+    };
+  }
+
   Store& real_;
   std::function<void(std::function<void()>)> post_;
+  size_t pending_ = 0;  // answers run on the engine's thread, like the calls
 };
 
 }  // namespace delayd::store::testing
