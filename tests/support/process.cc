@@ -23,7 +23,8 @@ Process::~Process() {
   if (pid_ > 0) Stop(SIGKILL);
 }
 
-void Process::Start(const std::vector<std::string>& argv, const std::string& log_path) {
+void Process::Start(const std::vector<std::string>& argv, const std::string& log_path,
+                    const std::vector<std::string>& env) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -33,6 +34,7 @@ void Process::Start(const std::vector<std::string>& argv, const std::string& log
   if (pid_ == 0) {
     ::dup2(fd, 1);
     ::dup2(fd, 2);
+    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
     ::execv(args[0], args.data());
     ::_exit(127);
   }
@@ -86,8 +88,9 @@ std::string MakeTempDir(const std::string& prefix) {
   return tmpl;
 }
 
-DelaydServer::DelaydServer(std::string data_dir, std::vector<std::string> extra)
-    : data_dir_(std::move(data_dir)), extra_(std::move(extra)) {
+DelaydServer::DelaydServer(std::string data_dir, std::vector<std::string> extra,
+                           std::vector<std::string> env)
+    : data_dir_(std::move(data_dir)), extra_(std::move(extra)), env_(std::move(env)) {
   log_path_ = data_dir_ + ".log";
   Launch();
 }
@@ -101,7 +104,7 @@ void DelaydServer::Launch() {
                                    "127.0.0.1:0", "--http",     "127.0.0.1:0"};
   argv.insert(argv.end(), extra_.begin(), extra_.end());
   const size_t log_start = ReadFile(log_path_).size();
-  process_.Start(argv, log_path_);
+  process_.Start(argv, log_path_, env_);
   ++starts_;
   static const std::regex kListening(
       R"(listening.* beanstalk=127\.0\.0\.1:(\d+).* http=127\.0\.0\.1:(\d+))");

@@ -18,7 +18,9 @@ class Process {
   ~Process();
 
   // Starts `argv[0]` with `argv`; stderr (and stdout) go to `log_path`.
-  void Start(const std::vector<std::string>& argv, const std::string& log_path);
+  // `env` ("NAME=value") is added to the environment the child inherits.
+  void Start(const std::vector<std::string>& argv, const std::string& log_path,
+             const std::vector<std::string>& env = {});
   // Sends `signo` and waits for exit (up to `timeout`); returns the wait status.
   int Stop(int signo, std::chrono::milliseconds timeout = std::chrono::seconds(20));
   bool running() const { return pid_ > 0; }
@@ -41,9 +43,10 @@ std::string MakeTempDir(const std::string& prefix);
 class DelaydServer {
  public:
   // Starts delayd with `--data-dir dir --beanstalk 127.0.0.1:0 --http
-  // 127.0.0.1:0` plus `extra`, and waits (10 s at most) for the line naming
-  // its ports.
-  explicit DelaydServer(std::string data_dir, std::vector<std::string> extra = {});
+  // 127.0.0.1:0` plus `extra`, and `env` added to its environment, and waits
+  // (10 s at most) for the line naming its ports.
+  explicit DelaydServer(std::string data_dir, std::vector<std::string> extra = {},
+                        std::vector<std::string> env = {});
   ~DelaydServer();
   void Restart();
   int Kill9();      // crash: SIGKILL
@@ -58,6 +61,7 @@ class DelaydServer {
   void Launch();
   std::string data_dir_;
   std::vector<std::string> extra_;
+  std::vector<std::string> env_;
   std::string log_path_;
   Process process_;
   int port_ = 0;
