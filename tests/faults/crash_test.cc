@@ -33,11 +33,7 @@ using namespace std::chrono_literals;
 // runtime wants to be the first library loaded; the shim, preloaded, comes
 // before it, which is harmless here.
 std::vector<std::string> PowerLossEnv() {
-  std::vector<std::string> env = {std::string("LD_PRELOAD=") + POWER_LOSS_VFS_SO};
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  env.push_back(std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") +
-                "verify_asan_link_order=0");
-  return env;
+  return {std::string("LD_PRELOAD=") + POWER_LOSS_VFS_SO, AsanOptions("verify_asan_link_order=0")};
 }
 
 struct Expect {

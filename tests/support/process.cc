@@ -82,6 +82,11 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+std::string AsanOptions(const std::string& extra) {
+  const char* inherited = std::getenv("ASAN_OPTIONS");
+  return std::string("ASAN_OPTIONS=") + (inherited ? std::string(inherited) + ":" : "") + extra;
+}
+
 std::string MakeTempDir(const std::string& prefix) {
   std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");

@@ -36,6 +36,9 @@ std::string ReadFile(const std::string& path);
 // A free loopback TCP port (bound, then released).
 int FreePort();
 
+// "ASAN_OPTIONS=<the inherited options>:<extra>", for a child's environment.
+std::string AsanOptions(const std::string& extra);
+
 // A fresh empty directory under the system temp dir.
 std::string MakeTempDir(const std::string& prefix);
 
