@@ -29,12 +29,6 @@ using namespace std::chrono_literals;
 // quarantine (256 MiB by default) that would count as resident.
 const std::string kSmallQuarantine = AsanOptions("quarantine_size_mb=8");
 
-long RssKib(pid_t pid) {
-  std::string status = ReadFile("/proc/" + std::to_string(pid) + "/status");
-  size_t at = status.find("VmRSS:");
-  return at == std::string::npos ? -1 : std::stol(status.substr(at + 6));
-}
-
 // A raw non-blocking connection to 127.0.0.1:port; -1 if refused.
 int RawConnect(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);

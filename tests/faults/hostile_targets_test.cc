@@ -33,15 +33,7 @@ enum class Misbehaviour { kReset, kGarbage, kRedirectLoop, kHugeBody, kDrip };
 class HostileTarget {
  public:
   explicit HostileTarget(Misbehaviour how) : how_(how) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(fd_, 512);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    fd_ = ListenLoopback(&port_);
     acceptor_ = std::thread([this] {
       for (;;) {
         int c = ::accept(fd_, nullptr, nullptr);
@@ -136,13 +128,6 @@ class HostileTarget {
   std::thread acceptor_;
   std::vector<std::thread> workers_;  // acceptor thread only, joined after it
 };
-
-// delayd's resident memory, from /proc.
-long RssKib(pid_t pid) {
-  std::string status = ReadFile("/proc/" + std::to_string(pid) + "/status");
-  size_t at = status.find("VmRSS:");
-  return at == std::string::npos ? -1 : std::stol(status.substr(at + 6));
-}
 
 TEST(HostileTargetsTest, FailuresAreRecordedOthersStayOnTimeMemoryStaysBounded) {
   DelaydServer server(MakeTempDir("delayd-hostile"), {}, {kSmallQuarantine});

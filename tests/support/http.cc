@@ -112,17 +112,22 @@ HttpReply HttpCall(int port, const std::string& method, const std::string& targe
   return r;
 }
 
-Receiver::Receiver(std::function<Answer(const Received&, int)> answer)
-    : answer_(std::move(answer)) {
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+int ListenLoopback(int* port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::listen(listen_fd_, 1024);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::listen(fd, 1024);
   socklen_t len = sizeof addr;
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.sin_port);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+Receiver::Receiver(std::function<Answer(const Received&, int)> answer)
+    : answer_(std::move(answer)) {
+  listen_fd_ = ListenLoopback(&port_);
   acceptor_ = std::thread([this] {
     while (!stopping_) {
       pollfd p{listen_fd_, POLLIN, 0};

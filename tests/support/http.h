@@ -73,6 +73,10 @@ class Receiver {
   std::vector<int> conns_;
 };
 
+// A listening TCP socket on 127.0.0.1 with a port of the kernel's choosing,
+// which it stores in *port.
+int ListenLoopback(int* port);
+
 // Waits, polling every 10 ms, until `pred` holds; false after `timeout`.
 bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 

@@ -82,6 +82,12 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+long RssKib(pid_t pid) {
+  std::string status = ReadFile("/proc/" + std::to_string(pid) + "/status");
+  size_t at = status.find("VmRSS:");
+  return at == std::string::npos ? -1 : std::stol(status.substr(at + 6));
+}
+
 std::string AsanOptions(const std::string& extra) {
   const char* inherited = std::getenv("ASAN_OPTIONS");
   return std::string("ASAN_OPTIONS=") + (inherited ? std::string(inherited) + ":" : "") + extra;

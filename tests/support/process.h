@@ -36,6 +36,9 @@ std::string ReadFile(const std::string& path);
 // A free loopback TCP port (bound, then released).
 int FreePort();
 
+// A process's resident memory in KiB, from /proc; -1 if unknown.
+long RssKib(pid_t pid);
+
 // "ASAN_OPTIONS=<the inherited options>:<extra>", for a child's environment.
 std::string AsanOptions(const std::string& extra);
 
