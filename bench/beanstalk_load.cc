@@ -8,7 +8,7 @@
 //   beanstalk_load lateness --port P [--jobs 100000] [--spread 10] [--consumers 4] [--pid PID]
 //   beanstalk_load rss      --pid PID
 //   beanstalk_load freeport
-//   beanstalk_load wait     --port P
+//   beanstalk_load wait     --port P [--timeout-s 10]
 //
 // Each prints one line of key=value figures.
 #include <arpa/inet.h>
@@ -339,19 +339,27 @@ int FreePort() {
   return 0;
 }
 
-// Waits up to 10 s for a server to accept connections.
+// Waits (up to --timeout-s, default 10) until a server answers a command:
+// beanstalkd accepts connections while it still replays its binlog, so an
+// accepted connection alone does not mean it is serving. Prints how long.
 int Wait(const std::map<std::string, std::string>& f) {
   const int port = static_cast<int>(Get(f, "port", 11300));
-  auto deadline = Clock::now() + std::chrono::seconds(10);
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::seconds(Get(f, "timeout-s", 10));
   while (Clock::now() < deadline) {
     try {
       Conn c(port);
-      return 0;
+      c.Send("list-tube-used\r\n");
+      if (c.Reply().rfind("USING ", 0) == 0) {
+        std::printf("ready seconds=%.3f\n",
+                    std::chrono::duration<double>(Clock::now() - start).count());
+        return 0;
+      }
     } catch (const std::exception&) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  std::fprintf(stderr, "nothing listens on port %d\n", port);
+  std::fprintf(stderr, "nothing answers on port %d\n", port);
   return 1;
 }
 
