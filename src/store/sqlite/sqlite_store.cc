@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <string_view>
 #include <utility>
 
 namespace delayd::store {
@@ -411,27 +413,32 @@ Result<Recovered> SqliteStore::Recover(int64_t horizon_minute) {
   Recovered r;
   Status status;
   {
+    // One pass over the table. Jobs due beyond the horizon stay in the store
+    // and are only counted per tube; everything else is read whole. Counting
+    // them through the due-minute index instead cost a table lookup per row
+    // for the tube: 2.5 s of a 2.7 s restart with 1M such jobs, against
+    // 0.2 s for this scan (bench/run, this 2-core machine).
     Stmt q;
-    Status s =
-        q.Prepare(read_db_, std::string("SELECT ") + kJobColumns +
-                                " FROM jobs WHERE state IN (0, 2) OR (state=1 AND due_min<=?) "
-                                "ORDER BY id");
+    Status s = q.Prepare(read_db_, std::string("SELECT ") + kJobColumns +
+                                       ", due_min FROM jobs WHERE state<3 ORDER BY id");
     if (!s.ok()) return s;
-    q.Bind(1, horizon_minute);
-    while (q.Step(&status)) r.jobs.push_back(ReadJob(q.get()));
-    if (!status.ok()) return status;
-  }
-  {
-    Stmt q;
-    Status s = q.Prepare(
-        read_db_, "SELECT tube, count(*) FROM jobs WHERE state=1 AND due_min>? GROUP BY tube");
-    if (!s.ok()) return s;
-    q.Bind(1, horizon_minute);
+    constexpr int kStateColumn = 3, kTubeColumn = 1, kDueMinColumn = 19;
+    std::map<std::string, uint64_t, std::less<>> far;
     while (q.Step(&status)) {
-      r.far.push_back({reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 0)),
-                       static_cast<uint64_t>(sqlite3_column_int64(q.get(), 1))});
+      sqlite3_stmt* row = q.get();
+      if (sqlite3_column_int(row, kStateColumn) == static_cast<int>(StoredState::kDelayed) &&
+          sqlite3_column_int64(row, kDueMinColumn) > horizon_minute) {
+        std::string_view tube(reinterpret_cast<const char*>(sqlite3_column_text(row, kTubeColumn)),
+                              static_cast<size_t>(sqlite3_column_bytes(row, kTubeColumn)));
+        auto it = far.find(tube);
+        if (it == far.end()) it = far.emplace(std::string(tube), 0).first;
+        ++it->second;
+      } else {
+        r.jobs.push_back(ReadJob(row));
+      }
     }
     if (!status.ok()) return status;
+    for (auto& [tube, n] : far) r.far.push_back({tube, n});
   }
   {
     Stmt q;

@@ -113,17 +113,21 @@ TEST_F(SqliteStoreTest, RecoverySplitsNearJobsFromFarCounts) {
          Mutation::Insert(Job(2, StoredState::kDelayed, minute * kMillisPerMinute + 5)),
          Mutation::Insert(Job(3, StoredState::kDelayed, (minute + 1) * kMillisPerMinute, "a")),
          Mutation::Insert(Job(4, StoredState::kDelayed, (minute + 9) * kMillisPerMinute, "a")),
-         Mutation::Insert(Job(5, StoredState::kBuried, (minute + 9) * kMillisPerMinute))});
+         Mutation::Insert(Job(5, StoredState::kBuried, (minute + 9) * kMillisPerMinute)),
+         Mutation::Insert(Job(6, StoredState::kDelayed, (minute + 3) * kMillisPerMinute, "b")),
+         Mutation::Insert(Job(7, StoredState::kDone, 0))});
   Reopen();
   auto r = store_->Recover(minute);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   std::vector<uint64_t> ids;
   for (auto& j : r->jobs) ids.push_back(j.id);
   EXPECT_EQ(ids, (std::vector<uint64_t>{1, 2, 5}));
-  ASSERT_EQ(r->far.size(), 1u);
+  ASSERT_EQ(r->far.size(), 2u);
   EXPECT_EQ(r->far[0].tube, "a");
   EXPECT_EQ(r->far[0].delayed, 2u);
-  EXPECT_EQ(r->next_id, 6u);
+  EXPECT_EQ(r->far[1].tube, "b");
+  EXPECT_EQ(r->far[1].delayed, 1u);
+  EXPECT_EQ(r->next_id, 8u);
 
   auto loaded = store_->LoadMinute(minute + 1, 0, 100);
   ASSERT_TRUE(loaded.ok());
