@@ -1,7 +1,11 @@
-// kill -9 while clients put, delete and bury at full speed; after each
-// restart, every job whose INSERTED, DELETED or BURIED reply a client got
-// must be present or absent accordingly, in the right state. Several cycles
-// on one data dir, so recovery of recovered state is exercised too.
+// kill -9 while clients put, delete and bury at full speed, submit HTTP
+// batches, while push jobs are delivered and a timer fires every second.
+// After each restart, every job whose INSERTED, DELETED or BURIED reply a
+// client got must be present or absent accordingly, in the right state;
+// every acknowledged push job is delivered, none whose success was recorded
+// is delivered again, and the timer has fired every second, gap-free.
+// Several cycles on one data dir, so recovery of recovered state is
+// exercised too.
 //
 // The same workload runs twice: under a plain kill -9, and under a power
 // cut, with delayd's SQLite writing through the power-loss VFS
@@ -18,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "support/client.h"
@@ -74,11 +79,153 @@ class Model {
   std::vector<uint64_t> ids_;
 };
 
+// Push deliveries and a per-second timer, beside the beanstalk and HTTP load.
+class PushAndTimer {
+ public:
+  explicit PushAndTimer(DelaydServer& server) : server_(server) {
+    HttpReply t = Call("PUT", "/v1/topics/pushed",
+                       {{"target", {{"url", receiver_.url()}}}, {"max_concurrency", 4}});
+    EXPECT_EQ(t.status, 200) << t.body;
+    // fire_all with the largest limit: however long a restart takes, no
+    // fire time may be skipped.
+    HttpReply timer = Call("POST", "/v1/timers",
+                           {{"name", "crash-tick"},
+                            {"topic", "ticks"},
+                            {"schedule", "* * * * * *"},
+                            {"misfire", "fire_all"},
+                            {"misfire_limit", 10000}});
+    EXPECT_EQ(timer.status, 201) << timer.body;
+    timer_id_ = timer.json().value("id", uint64_t{0});
+  }
+
+  // Submits batches of 10 push jobs, about 1,000 a second, until `stop` or
+  // the server goes down.
+  void Produce(const std::atomic<bool>& stop) {
+    while (!stop) {
+      nlohmann::json batch = nlohmann::json::array();
+      for (int i = 0; i < 10; ++i) batch.push_back({{"body", "pushed"}});
+      HttpReply h;
+      try {
+        h = Call("POST", "/v1/topics/pushed/jobs", batch);
+      } catch (const std::exception&) {
+        return;
+      }
+      if (h.status != 201) return;
+      {
+        std::lock_guard lock(mu_);
+        for (const auto& j : h.json()) acknowledged_.insert(j["id"].get<uint64_t>());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  // Just before a crash: the push jobs whose success the server has recorded.
+  void NoteRecorded() {
+    std::string cursor = "0";
+    while (true) {
+      HttpReply r = Call("GET", "/v1/jobs?topic=pushed&state=done&limit=1000&cursor=" + cursor);
+      ASSERT_EQ(r.status, 200) << r.body;
+      nlohmann::json page = r.json();
+      std::lock_guard lock(mu_);
+      for (const auto& j : page["jobs"]) recorded_.insert(j["id"].get<uint64_t>());
+      if (page["next_cursor"].is_null()) break;
+      cursor = page["next_cursor"].get<std::string>();
+    }
+  }
+
+  // After a restart begun at `restarted_at`: every acknowledged push job has
+  // been delivered, the new process delivered none recorded as done, and the
+  // timer has fired every second up to past the restart.
+  void Check(std::chrono::system_clock::time_point restarted_at) {
+    std::set<uint64_t> acknowledged;
+    {
+      std::lock_guard lock(mu_);
+      acknowledged = acknowledged_;
+    }
+    std::set<uint64_t> missing;
+    const bool all = receiver_.WaitFor(
+        [&](const std::vector<Received>& got) {
+          missing = acknowledged;
+          for (const Received& r : got) missing.erase(JobId(r));
+          return missing.empty();
+        },
+        std::chrono::seconds(60));
+    ASSERT_TRUE(all) << missing.size() << " acknowledged push jobs never delivered, first "
+                     << *missing.begin();
+    for (const Received& r : receiver_.received()) {
+      if (r.at > restarted_at) {
+        ASSERT_EQ(recorded_.count(JobId(r)), 0u)
+            << "push job " << JobId(r) << " delivered again after its success was recorded";
+      }
+    }
+    deliveries_ = receiver_.count();
+
+    const int64_t restarted_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(restarted_at.time_since_epoch())
+            .count();
+    std::vector<int64_t> fired;
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          fired = Fired();
+          return !fired.empty() && fired.back() > restarted_ms + 1000;
+        },
+        std::chrono::seconds(30)))
+        << "the timer did not fire after the restart: " << fired.size() << " fires, last "
+        << (fired.empty() ? 0 : fired.back()) << ", restarted at " << restarted_ms << "; "
+        << Call("GET", "/v1/timers/" + std::to_string(timer_id_)).body;
+    for (size_t i = 1; i < fired.size(); ++i) {
+      ASSERT_EQ(fired[i] - fired[i - 1], 1000) << "timer gap after fire time " << fired[i - 1];
+    }
+    fires_ = fired.size();
+  }
+
+  size_t acknowledged() {
+    std::lock_guard lock(mu_);
+    return acknowledged_.size();
+  }
+  size_t recorded() {
+    std::lock_guard lock(mu_);
+    return recorded_.size();
+  }
+  size_t deliveries() const { return deliveries_; }
+  size_t fires() const { return fires_; }
+
+ private:
+  HttpReply Call(const std::string& method, const std::string& target,
+                 const nlohmann::json& body = nullptr) {
+    return HttpCall(server_.http_port(), method, target, body.is_null() ? "" : body.dump());
+  }
+  static uint64_t JobId(const Received& r) { return std::stoull(r.headers.at("delayd-job-id")); }
+  // The timer's fire times, from the keys of the jobs it created, sorted.
+  std::vector<int64_t> Fired() {
+    const std::string prefix = "timer:" + std::to_string(timer_id_) + ":";
+    HttpReply r = Call("GET", "/v1/jobs?limit=1000&key_prefix=" + prefix);
+    std::vector<int64_t> out;
+    if (r.status != 200) return out;
+    const nlohmann::json page = r.json();
+    for (const auto& j : page["jobs"]) {
+      out.push_back(std::stoll(j["key"].get<std::string>().substr(prefix.size())));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  DelaydServer& server_;
+  Receiver receiver_{[](const Received&, int) { return Answer{200}; }};
+  uint64_t timer_id_ = 0;
+  std::mutex mu_;
+  std::set<uint64_t> acknowledged_;
+  std::set<uint64_t> recorded_;
+  size_t deliveries_ = 0;
+  size_t fires_ = 0;
+};
+
 // Runs `cycles` rounds of load then `crash` on `server`, checking after each
 // restart; `what` names the crash in the output.
 void CrashCycles(DelaydServer& server, int cycles, const char* what,
                  const std::function<void()>& crash) {
   Model model;
+  PushAndTimer push(server);
   std::mt19937 rng(12345);
   uint64_t total_puts = 0, total_deletes = 0, total_buries = 0, total_http = 0;
 
@@ -86,6 +233,7 @@ void CrashCycles(DelaydServer& server, int cycles, const char* what,
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> puts{0}, deletes{0}, buries{0}, http_jobs{0};
     std::vector<std::thread> threads;
+    threads.emplace_back([&] { push.Produce(stop); });
     // HTTP batch submissions into the same tube, one batch per request.
     threads.emplace_back([&] {
       std::mt19937 r(static_cast<unsigned>(cycle * 100 + 77));
@@ -164,6 +312,7 @@ void CrashCycles(DelaydServer& server, int cycles, const char* what,
 
     // Let the load run for a while, different each cycle, then crash.
     std::this_thread::sleep_for(std::chrono::milliseconds(300 + rng() % 700));
+    push.NoteRecorded();
     crash();
     stop = true;
     for (auto& t : threads) t.join();
@@ -172,7 +321,10 @@ void CrashCycles(DelaydServer& server, int cycles, const char* what,
     total_deletes += deletes;
     total_buries += buries;
 
+    const auto restarted_at = std::chrono::system_clock::now();
     server.Restart();
+    push.Check(restarted_at);
+    if (::testing::Test::HasFatalFailure()) return;
     Client c(server.port());
     size_t checked = 0;
     for (const auto& [id, e] : model.Snapshot()) {
@@ -208,21 +360,27 @@ void CrashCycles(DelaydServer& server, int cycles, const char* what,
     }
     std::printf(
         "%s cycle %d: %llu puts, %llu HTTP jobs, %llu deletes, %llu buries acknowledged; %zu "
-        "jobs checked\n",
+        "jobs checked; %zu push jobs delivered in %zu requests; %zu timer fires\n",
         what, cycle, static_cast<unsigned long long>(puts.load()),
         static_cast<unsigned long long>(http_jobs.load()),
         static_cast<unsigned long long>(deletes.load()),
-        static_cast<unsigned long long>(buries.load()), checked);
+        static_cast<unsigned long long>(buries.load()), checked, push.acknowledged(),
+        push.deliveries(), push.fires());
   }
   std::printf(
       "%s: %d cycles, %llu puts, %llu HTTP jobs, %llu deletes, %llu buries acknowledged, none "
-      "lost\n",
+      "lost; %zu push jobs delivered (%zu requests), none of the %zu whose success was "
+      "recorded before a crash delivered again; %zu timer fires without a gap\n",
       what, cycles, static_cast<unsigned long long>(total_puts),
       static_cast<unsigned long long>(total_http), static_cast<unsigned long long>(total_deletes),
-      static_cast<unsigned long long>(total_buries));
+      static_cast<unsigned long long>(total_buries), push.acknowledged(), push.deliveries(),
+      push.recorded(), push.fires());
   EXPECT_GT(total_puts, 100u) << "the load must actually have run";
   EXPECT_GT(total_deletes, 10u);
   EXPECT_GT(total_http, 100u);
+  EXPECT_GT(push.acknowledged(), 100u);
+  EXPECT_GT(push.recorded(), 0u) << "no success was recorded before a crash: nothing was checked";
+  EXPECT_GE(push.fires(), static_cast<size_t>(cycles));
 }
 
 int Cycles() {
