@@ -16,6 +16,9 @@ std::string Status::ToString() const {
     case StatusCode::kIoError:
       name = "IO_ERROR";
       break;
+    case StatusCode::kNoSpace:
+      name = "NO_SPACE";
+      break;
     case StatusCode::kUnavailable:
       name = "UNAVAILABLE";
       break;

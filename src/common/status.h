@@ -17,7 +17,8 @@ enum class StatusCode {
   kOk,
   kNotFound,
   kInvalidArgument,
-  kIoError,      // the store could not read or write (disk full, corruption)
+  kIoError,      // the store could not read or write (I/O error, corruption)
+  kNoSpace,      // the store's disk is full: nothing was applied; retry once space returns
   kUnavailable,  // shutting down or draining: the client may retry later
   kConflict,     // the job exists but its state forbids the operation (reserved, not buried...)
   kInternal,
@@ -34,6 +35,7 @@ class [[nodiscard]] Status {
     return {StatusCode::kInvalidArgument, std::move(m)};
   }
   static Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
+  static Status NoSpace(std::string m) { return {StatusCode::kNoSpace, std::move(m)}; }
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status Conflict(std::string m) { return {StatusCode::kConflict, std::move(m)}; }

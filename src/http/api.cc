@@ -159,6 +159,9 @@ ProblemKind KindOf(StatusCode c) {
     case StatusCode::kIoError:  // the store failed: nothing was applied; retry later
       return {503, "storage-unavailable",
               "Storage unavailable, nothing was changed; try again later"};
+    case StatusCode::kNoSpace:
+      return {503, "storage-full",
+              "Storage full, nothing was changed; try again once space returns"};
     case StatusCode::kInternal:
       break;
   }

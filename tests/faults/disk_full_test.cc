@@ -69,14 +69,16 @@ TEST_F(DiskFullTest, WritesFailClearlyReadsGoOnAndSpaceComingBackHeals) {
   std::printf("disk full after %zu puts of %zu bytes\n", acked.size(), body.size());
   ASSERT_FALSE(refusal.empty()) << "2 MiB never filled up";
   ASSERT_GT(acked.size(), 5u);
-  EXPECT_EQ(refusal, "INTERNAL_ERROR\r\n");
+  // beanstalkd's reply when its binlog cannot reserve space: try again later.
+  EXPECT_EQ(refusal, "OUT_OF_MEMORY\r\n");
   EXPECT_NE(server_->log().find("disk is full"), std::string::npos) << server_->log();
 
   // HTTP says so too, as a problem naming the cause.
   HttpReply h =
       HttpCall(server_->http_port(), "POST", "/v1/topics/t/jobs", R"({"body":")" + body + R"("})");
   EXPECT_EQ(h.status, 503) << h.body;
-  EXPECT_NE(h.body.find("full"), std::string::npos) << h.body;
+  EXPECT_EQ(h.json().value("type", ""), "https://delayd.dev/problems/storage-full") << h.body;
+  EXPECT_NE(h.json().value("detail", "").find("disk is full"), std::string::npos) << h.body;
 
   // Reads and reserves do not need the disk.
   EXPECT_EQ(c.Cmd("stats").rfind("OK ", 0), 0u);

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "protocol/beanstalk/replies.h"
+
 namespace delayd::beanstalk {
 namespace {
 
@@ -149,6 +151,17 @@ TEST(CodecTest, PauseTube) {
 }
 
 TEST(CodecTest, QuitMatchesByPrefix) { EXPECT_EQ(P("quitnow").op, Op::kQuit); }
+
+// A client retries OUT_OF_MEMORY later, as beanstalkd answers it when its
+// binlog has no space; INTERNAL_ERROR is left for other store failures.
+TEST(RepliesTest, StatusesMapToTheirProtocolReplies) {
+  EXPECT_EQ(StatusReply(Status::Ok(), "DELETED\r\n"), "DELETED\r\n");
+  EXPECT_EQ(StatusReply(Status::NotFound("x"), ""), "NOT_FOUND\r\n");
+  EXPECT_EQ(StatusReply(Status::Conflict("x"), ""), "NOT_FOUND\r\n");
+  EXPECT_EQ(StatusReply(Status::Unavailable("x"), ""), "DRAINING\r\n");
+  EXPECT_EQ(StatusReply(Status::NoSpace("database or disk is full"), ""), "OUT_OF_MEMORY\r\n");
+  EXPECT_EQ(StatusReply(Status::IoError("disk I/O error"), ""), "INTERNAL_ERROR\r\n");
+}
 
 }  // namespace
 }  // namespace delayd::beanstalk

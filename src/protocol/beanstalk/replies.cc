@@ -15,6 +15,8 @@ std::string_view StatusReply(const Status& s, std::string_view ok) {
       return reply::kNotFound;
     case StatusCode::kUnavailable:
       return reply::kDraining;
+    case StatusCode::kNoSpace:  // as beanstalkd when its binlog cannot reserve space
+      return reply::kOutOfMemory;
     default:
       return reply::kInternalError;
   }

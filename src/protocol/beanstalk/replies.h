@@ -35,8 +35,9 @@ inline constexpr std::string_view kJobTooBig = "JOB_TOO_BIG\r\n";
 }  // namespace reply
 
 // The one table from engine status to protocol reply: `ok` is the reply on
-// success; NotFound is NOT_FOUND, draining is DRAINING, a store failure is
-// INTERNAL_ERROR (the client may retry).
+// success; NotFound is NOT_FOUND, draining is DRAINING, a full disk is
+// OUT_OF_MEMORY and any other store failure INTERNAL_ERROR (the client may
+// retry either).
 std::string_view StatusReply(const Status& s, std::string_view ok);
 
 // "<word> <id> <bytes>\r\n<body>\r\n", as FOUND and RESERVED.

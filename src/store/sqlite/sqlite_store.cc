@@ -93,14 +93,21 @@ constexpr const char* kJobColumns =
 // Done jobs removed per purge statement, so a purge never holds the writer long.
 constexpr int64_t kPurgeChunk = 20'000;
 
+// A failed SQLite call `rc` as a Status: a full disk is NoSpace, which
+// clients may retry once space returns; any other failure an IoError.
+Status StoreError(int rc, std::string message) {
+  if ((rc & 0xff) == SQLITE_FULL) return Status::NoSpace(std::move(message));
+  return Status::IoError(std::move(message));
+}
+
 Status SqlError(sqlite3* db, const char* what) {
-  return Status::IoError(std::string(what) + ": " + sqlite3_errmsg(db));
+  return StoreError(sqlite3_extended_errcode(db), std::string(what) + ": " + sqlite3_errmsg(db));
 }
 
 Status Exec(sqlite3* db, const char* sql) {
   char* err = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    Status s = Status::IoError(std::string(sql).substr(0, 40) + ": " + (err ? err : "?"));
+  if (int rc = sqlite3_exec(db, sql, nullptr, nullptr, &err); rc != SQLITE_OK) {
+    Status s = StoreError(rc, std::string(sql).substr(0, 40) + ": " + (err ? err : "?"));
     sqlite3_free(err);
     return s;
   }
