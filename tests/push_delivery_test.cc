@@ -149,6 +149,40 @@ TEST_F(PushTest, ExhaustedJobsBecomeDeadLettersAndAlertOncePerInterval) {
   EXPECT_TRUE(rx.WaitFor([](auto& v) { return v.size() >= 7; }, 5s));
 }
 
+// A target's reply is quoted into the attempt log, the last error and the
+// alert; bytes of it that are not UTF-8 must come out as U+FFFD in valid
+// JSON, not break those documents or the server.
+TEST_F(PushTest, AReplyThatIsNotUtf8IsQuotedAsValidJson) {
+  Receiver rx([](const Received&, int) {
+    Answer a{500};
+    a.body = "bad \xff\xfe reply \xc3";  // stray bytes, then a sequence cut short
+    return a;
+  });
+  Receiver ops;
+  Put("/v1/topics/odd", {{"alert", {{"webhook", ops.url("/alert")}}}});
+  json job =
+      Post("/v1/topics/odd/jobs",
+           {{"body", 1},
+            {"target", {{"url", rx.url()}}},
+            {"retry", {{"max_attempts", 2}, {"initial_backoff_ms", 20}, {"jitter", false}}}});
+  const std::string id = std::to_string(job["id"].get<uint64_t>());
+  ASSERT_TRUE(WaitState(job["id"], "buried"));
+  const std::string replaced = "HTTP 500: bad \xEF\xBF\xBD\xEF\xBF\xBD reply \xEF\xBF\xBD";
+  const std::string gave_up = replaced + " (gave up after 2 attempts)";
+  json dead = Get("/v1/jobs/" + id);
+  EXPECT_EQ(dead["last_error"], gave_up) << dead;
+  json attempts = Get("/v1/jobs/" + id + "/attempts");
+  ASSERT_EQ(attempts["attempts"].size(), 2u) << attempts;
+  EXPECT_EQ(attempts["attempts"][0]["error"], replaced);
+  EXPECT_EQ(attempts["attempts"][1]["error"], gave_up);
+  ASSERT_TRUE(ops.WaitFor([](auto& v) { return v.size() == 1; }, 5s));
+  json alert = json::parse(ops.received()[0].body, nullptr, false);
+  ASSERT_FALSE(alert.is_discarded()) << ops.received()[0].body;
+  EXPECT_EQ(alert["last_error"], gave_up);
+  // The server is still whole.
+  EXPECT_EQ(Get("/v1/stats")["delivery"]["alerts_sent"], 1);
+}
+
 TEST_F(PushTest, NonRetryable4xxGoesToDeadLettersAtOnce) {
   Receiver rx([](const Received&, int) { return Answer{404}; });
   json job = Post("/v1/topics/t/jobs", {{"body", 1}, {"target", {{"url", rx.url()}}}});

@@ -1,7 +1,6 @@
 #include "delivery/dispatcher.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -9,6 +8,7 @@
 #include <filesystem>
 
 #include "store/sqlite/sqlite_store.h"
+#include "store/testing/test_dir.h"
 
 namespace delayd::delivery {
 namespace {
@@ -18,11 +18,7 @@ namespace asio = boost::asio;
 class DispatcherTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("delayd-dispatcher-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = store::testing::FreshTestDir("dispatcher");
     auto post = [this](std::function<void()> f) { asio::post(io_, std::move(f)); };
     auto s = store::SqliteStore::Open({.path = (dir_ / "delayd.db").string()}, post);
     ASSERT_TRUE(s.ok()) << s.status().ToString();

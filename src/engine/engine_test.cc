@@ -1,7 +1,6 @@
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <condition_variable>
 #include <deque>
@@ -12,6 +11,7 @@
 #include "store/sqlite/sqlite_store.h"
 #include "store/testing/flaky_store.h"
 #include "store/testing/posted_work.h"
+#include "store/testing/test_dir.h"
 
 namespace delayd::engine {
 namespace {
@@ -50,11 +50,7 @@ class TestClock final : public Clock {
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("delayd-engine-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = store::testing::FreshTestDir("engine");
     Start();
   }
   void TearDown() override {

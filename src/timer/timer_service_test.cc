@@ -4,7 +4,6 @@
 #include "timer/timer_service.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <deque>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include "store/sqlite/sqlite_store.h"
 #include "store/testing/flaky_store.h"
 #include "store/testing/posted_work.h"
+#include "store/testing/test_dir.h"
 
 namespace delayd::timer {
 namespace {
@@ -24,11 +24,7 @@ constexpr int64_t kStartMs = 1'795'305'600'000;
 class TimerServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("delayd-timer-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = store::testing::FreshTestDir("timer");
     Start();
   }
   void TearDown() override {

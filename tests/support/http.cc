@@ -193,9 +193,10 @@ void Receiver::Serve(int fd) {
       return;
     }
     if (a.delay.count() > 0) std::this_thread::sleep_for(a.delay);
-    std::string resp = "HTTP/1.1 " + std::to_string(a.status) + " X\r\nContent-Length: 2\r\n";
+    std::string resp = "HTTP/1.1 " + std::to_string(a.status) +
+                       " X\r\nContent-Length: " + std::to_string(a.body.size()) + "\r\n";
     for (const auto& h : a.headers) resp += h + "\r\n";
-    resp += "\r\nok";
+    resp += "\r\n" + a.body;
     SendAll(fd, resp);
   }
 }

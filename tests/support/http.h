@@ -42,6 +42,7 @@ struct Answer {
   std::vector<std::string> headers;    // "Name: value"
   std::chrono::milliseconds delay{0};  // wait this long before answering
   bool hang = false;                   // never answer; close at shutdown
+  std::string body = "ok";
 };
 
 class Receiver {

@@ -1,13 +1,14 @@
 #include "store/sqlite/sqlite_store.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <vector>
+
+#include "store/testing/test_dir.h"
 
 namespace delayd::store {
 namespace {
@@ -46,11 +47,7 @@ class Inbox {
 class SqliteStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("delayd-store-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = store::testing::FreshTestDir("store");
     Reopen();
   }
   void TearDown() override {
