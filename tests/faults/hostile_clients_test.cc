@@ -25,10 +25,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// These tests measure delayd's memory; under ASan, freed memory is held in a
-// quarantine (256 MiB by default) that would count as resident.
-const std::string kSmallQuarantine = AsanOptions("quarantine_size_mb=8");
-
 // A raw non-blocking connection to 127.0.0.1:port; -1 if refused.
 int RawConnect(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -91,7 +87,7 @@ TEST(HostileClientsTest, ThousandsOfConnectionsMeetTheLimitAndServiceGoesOn) {
 }
 
 TEST(HostileClientsTest, AClientThatNeverReadsCannotGrowTheServer) {
-  DelaydServer server(MakeTempDir("delayd-noread"), {}, {kSmallQuarantine});
+  DelaydServer server(MakeTempDir("delayd-noread"), {}, {AsanSmallQuarantine()});
   Client good(server.port());
   const std::string body(60'000, 'b');
   const uint64_t id = good.Put(body);

@@ -23,10 +23,6 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-// These tests measure delayd's memory; under ASan, freed memory is held in a
-// quarantine (256 MiB by default) that would count as resident.
-const std::string kSmallQuarantine = AsanOptions("quarantine_size_mb=8");
-
 enum class Misbehaviour { kReset, kGarbage, kRedirectLoop, kHugeBody, kDrip };
 
 // A loopback HTTP "server" that reads each request and then misbehaves.
@@ -130,7 +126,7 @@ class HostileTarget {
 };
 
 TEST(HostileTargetsTest, FailuresAreRecordedOthersStayOnTimeMemoryStaysBounded) {
-  DelaydServer server(MakeTempDir("delayd-hostile"), {}, {kSmallQuarantine});
+  DelaydServer server(MakeTempDir("delayd-hostile"), {}, {AsanSmallQuarantine()});
   const int port = server.http_port();
   const long rss_start = RssKib(server.pid());
   struct Case {

@@ -93,6 +93,8 @@ std::string AsanOptions(const std::string& extra) {
   return std::string("ASAN_OPTIONS=") + (inherited ? std::string(inherited) + ":" : "") + extra;
 }
 
+std::string AsanSmallQuarantine() { return AsanOptions("quarantine_size_mb=8"); }
+
 std::string MakeTempDir(const std::string& prefix) {
   std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");

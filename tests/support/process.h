@@ -42,6 +42,10 @@ long RssKib(pid_t pid);
 // "ASAN_OPTIONS=<the inherited options>:<extra>", for a child's environment.
 std::string AsanOptions(const std::string& extra);
 
+// AsanOptions for a child whose memory a test measures: under ASan, freed
+// memory is held in a quarantine (256 MiB by default) that counts as resident.
+std::string AsanSmallQuarantine();
+
 // A fresh empty directory under the system temp dir.
 std::string MakeTempDir(const std::string& prefix);
 
