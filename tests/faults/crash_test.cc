@@ -56,11 +56,12 @@ class Model {
     jobs_[id].delayed = delayed;
     ids_.push_back(id);
   }
+  // The reserver can bury a job before its producer has read INSERTED and
+  // called Inserted, so an unknown id gets its entry here; Inserted keeps it.
   template <typename F>
   void Update(uint64_t id, F f) {
     std::lock_guard lock(mu_);
-    auto it = jobs_.find(id);
-    if (it != jobs_.end()) f(it->second);
+    f(jobs_[id]);
   }
   // A random acknowledged id, or 0.
   uint64_t Pick(std::mt19937& rng) {
