@@ -1,7 +1,6 @@
 // libFuzzer target: the cron schedule parser and next-fire calculator.
 // Any input must parse or fail with an error, never crash; a schedule that
 // parses must give strictly increasing fire times in every zone tried.
-#include <date/tz.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -17,10 +16,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (schedule.status().field().empty()) abort();  // every error names its field
     return 0;
   }
-  static const date::time_zone* zones[] = {
-      date::locate_zone("UTC"), date::locate_zone("America/New_York"),
-      date::locate_zone("Europe/Berlin"), date::locate_zone("Asia/Shanghai")};
-  for (const date::time_zone* zone : zones) {
+  static const delayd::cron::Zone zones[] = {delayd::cron::FindZone("UTC").value(),
+                                             delayd::cron::FindZone("America/New_York").value(),
+                                             delayd::cron::FindZone("Europe/Berlin").value(),
+                                             delayd::cron::FindZone("Asia/Shanghai").value()};
+  for (const delayd::cron::Zone& zone : zones) {
     int64_t at = 1'795'305'600'000;  // 2026-11-22T00:00:00Z
     for (int i = 0; i < 8; ++i) {
       std::optional<int64_t> next = schedule->Next(at, zone, 1'795'305'600'000);

@@ -3,8 +3,9 @@
 // separated by NUL bytes, each "METHOD target\n" followed by its body, run
 // in order on a fresh engine so that later requests act on what earlier ones
 // made ("POST /v1/topics/t/jobs\n[{...}]\0PATCH /v1/jobs/1\n{...}").
-// Every request must get one reply with a real HTTP status, and a JSON reply
-// must be valid JSON, whatever the input.
+// Every request must get one reply with a real HTTP status, a JSON reply
+// must be valid JSON, whatever the input, and a job submitted with a JSON
+// body reads back with that body's text exactly.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/json_text.h"
 #include "fuzz/harness.h"
 #include "http/api.h"
 #include "timer/timer_service.h"
@@ -55,6 +57,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::optional<http::Request> req = ParseRequest(input.substr(0, end));
     input = end == std::string_view::npos ? std::string_view() : input.substr(end + 1);
     if (!req) continue;
+    const bool submit_one = req->method == "POST" && req->path.size() > 5 &&
+                            req->path.compare(req->path.size() - 5, 5, "/jobs") == 0 &&
+                            req->body.find_first_not_of(" \t\r\n") != std::string::npos &&
+                            req->body[req->body.find_first_not_of(" \t\r\n")] == '{';
+    const std::string sent = req->body;
     std::optional<http::Response> res;
     int replies = 0;
     api->Handle(std::move(*req), [&](http::Response r) {
@@ -74,6 +81,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (res->content_type.find("json") != std::string::npos && !res->body.empty() &&
         !nlohmann::json::accept(res->body)) {
       abort();  // a JSON reply that does not parse
+    }
+    if (submit_one && res->status == 201) {
+      // Accepted, so `sent` is valid JSON: its body must come back as sent.
+      std::optional<std::string_view> body = JsonMemberText(sent, "body");
+      if (body && res->body.find("\"body\":" + std::string(*body)) == std::string::npos) {
+        abort();
+      }
     }
   }
   api.reset();

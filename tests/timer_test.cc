@@ -212,9 +212,23 @@ TEST_F(TimerTest, EveryValidationErrorNamesItsFieldAndStoresNothing) {
   EXPECT_EQ(Call("POST", "/v1/timers/preview", json{{"schedule", "* * *"}}).json()["field"],
             "schedule");
   EXPECT_TRUE(Ok("GET", "/v1/timers")["timers"].empty()) << "nothing was stored";
-  // A taken name, and a missing timer.
-  Ok("POST", "/v1/timers", base, 201);
-  EXPECT_EQ(field({{"schedule", "0 10 * * *"}}), "name");
+  // A taken name is a conflict (409), on create and on rename; and a missing
+  // timer.
+  const uint64_t first = Ok("POST", "/v1/timers", base, 201)["id"];
+  HttpReply taken =
+      Call("POST", "/v1/timers", json{{"name", "x"}, {"topic", "t"}, {"schedule", "0 10 * * *"}});
+  EXPECT_EQ(taken.status, 409) << taken.body;
+  EXPECT_EQ(taken.json()["field"], "name");
+  const uint64_t second =
+      Ok("POST", "/v1/timers", json{{"name", "y"}, {"topic", "t"}, {"schedule", "0 10 * * *"}},
+         201)["id"];
+  HttpReply rename = Call("PATCH", "/v1/timers/" + std::to_string(second), json{{"name", "x"}});
+  EXPECT_EQ(rename.status, 409) << rename.body;
+  EXPECT_EQ(rename.json()["field"], "name");
+  EXPECT_EQ(Ok("GET", "/v1/timers/" + std::to_string(second))["name"], "y");
+  EXPECT_EQ(Ok("GET", "/v1/timers/" + std::to_string(first))["name"], "x");
+  EXPECT_EQ(server_->log().find("store: batch"), std::string::npos)
+      << "a taken name is the client's conflict, not a store failure";
   EXPECT_EQ(Call("GET", "/v1/timers/999").status, 404);
   EXPECT_EQ(Call("GET", "/v1/timers/abc").json()["field"], "id");
 }

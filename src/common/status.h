@@ -45,11 +45,19 @@ class [[nodiscard]] Status {
     s.field_ = std::move(field);
     return s;
   }
+  // A field whose value is well formed but clashes with what the server
+  // holds (a timer name already in use).
+  static Status ConflictField(std::string field, std::string m) {
+    Status s(StatusCode::kConflict, std::move(m));
+    s.field_ = std::move(field);
+    return s;
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
-  // The offending input field of an kInvalidArgument status; empty if none.
+  // The offending input field of a kInvalidArgument or kConflict status;
+  // empty if none.
   const std::string& field() const { return field_; }
   std::string ToString() const;
 

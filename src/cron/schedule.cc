@@ -1,6 +1,6 @@
 #include "cron/schedule.h"
 
-#include <date/tz.h>
+#include <date/date.h>
 
 #include <algorithm>
 #include <array>
@@ -317,8 +317,7 @@ bool Schedule::FirstTime(int& h, int& m, int& s) const {
   return false;
 }
 
-std::optional<int64_t> Schedule::Next(int64_t after_ms, const date::time_zone* zone,
-                                      int64_t anchor_ms) const {
+std::optional<int64_t> Schedule::Next(int64_t after_ms, const Zone& zone, int64_t anchor_ms) const {
   using namespace date;
   if (interval_ms_ > 0) {
     if (after_ms < anchor_ms) return anchor_ms;
@@ -326,7 +325,7 @@ std::optional<int64_t> Schedule::Next(int64_t after_ms, const date::time_zone* z
   }
   // Whole seconds strictly after `after_ms`, in local time.
   const int64_t after_s = after_ms >= 0 ? after_ms / 1000 : -((-after_ms + 999) / 1000);
-  local_seconds start = zone->to_local(sys_seconds{seconds{after_s}}) + seconds{1};
+  local_seconds start = local_seconds{seconds{zone.ToLocal(after_s)}} + seconds{1};
   const auto first_year = year_month_day{floor<days>(start)}.year();
   for (;;) {
     const local_days day = floor<days>(start);
@@ -350,26 +349,11 @@ std::optional<int64_t> Schedule::Next(int64_t after_ms, const date::time_zone* z
     }
     const local_seconds candidate =
         day + std::chrono::hours{h} + std::chrono::minutes{m} + seconds{s};
-    const local_info info = zone->get_info(candidate);
-    sys_seconds at;
-    if (info.result == local_info::nonexistent) {
-      at = info.second.begin;  // spring forward: the end of the gap
-    } else {
-      // Unique, or the first of two (fall back): the earlier offset.
-      at = sys_seconds{candidate.time_since_epoch() - info.first.offset};
-    }
-    const int64_t at_ms = at.time_since_epoch().count() * 1000;
+    // Unique; the first of two (fall back); or, in a spring-forward gap, the
+    // end of the gap.
+    const int64_t at_ms = zone.FromLocal(candidate.time_since_epoch().count()).unix_s * 1000;
     if (at_ms > after_ms) return at_ms;
     start = candidate + seconds{1};  // the second pass of a repeated hour: skip it
-  }
-}
-
-Result<const date::time_zone*> FindZone(const std::string& name) {
-  try {
-    return date::locate_zone(name);
-  } catch (const std::exception&) {
-    return Status::InvalidField("timezone", "unknown time zone '" + name +
-                                                "'; use an IANA name such as Europe/Berlin or UTC");
   }
 }
 

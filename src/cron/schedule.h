@@ -23,10 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
-
-namespace date {
-class time_zone;
-}
+#include "cron/zone.h"
 
 namespace delayd::cron {
 
@@ -40,8 +37,7 @@ class Schedule {
   // there is none within 30 years (a 30th of February). `anchor_ms` is the
   // origin of an @every interval (fires at anchor + k * interval); cron
   // fields ignore it.
-  std::optional<int64_t> Next(int64_t after_ms, const date::time_zone* zone,
-                              int64_t anchor_ms = 0) const;
+  std::optional<int64_t> Next(int64_t after_ms, const Zone& zone, int64_t anchor_ms = 0) const;
 
   bool is_interval() const { return interval_ms_ > 0; }
   int64_t interval_ms() const { return interval_ms_; }
@@ -75,6 +71,6 @@ class Schedule {
 };
 
 // The zone named `name` ("Asia/Shanghai", "UTC"), or an error naming it.
-Result<const date::time_zone*> FindZone(const std::string& name);
+inline Result<Zone> FindZone(const std::string& name) { return Zone::Find(name); }
 
 }  // namespace delayd::cron

@@ -3,7 +3,7 @@
 // weekdays and DST dates were checked against a calendar and tzdata 2025b.
 #include "cron/schedule.h"
 
-#include <date/tz.h>
+#include <date/date.h>
 #include <gtest/gtest.h>
 
 #include "common/time_format.h"
@@ -11,9 +11,17 @@
 namespace delayd::cron {
 namespace {
 
-std::string Local(int64_t ms, const date::time_zone* zone) {
-  return date::format("%FT%T%Ez",
-                      date::make_zoned(zone, date::sys_seconds{std::chrono::seconds{ms / 1000}}));
+// `ms` as local time with its offset, "2026-03-29T03:00:00+02:00".
+std::string Local(int64_t ms, const Zone& zone) {
+  const int64_t s = ms / 1000;
+  const int64_t offset = zone.OffsetAt(s);
+  const date::local_seconds local{std::chrono::seconds{s + offset}};
+  char sign = offset < 0 ? '-' : '+';
+  const int64_t a = offset < 0 ? -offset : offset;
+  char tz[8];
+  snprintf(tz, sizeof tz, "%c%02d:%02d", sign, static_cast<int>(a / 3600),
+           static_cast<int>(a / 60 % 60));
+  return date::format("%FT%T", local) + tz;
 }
 
 // The next `n` fire times after `after` (RFC 3339), as local times.
@@ -21,7 +29,7 @@ std::vector<std::string> Fires(const std::string& expr, const std::string& zone,
                                const std::string& after, int n = 1) {
   Result<Schedule> s = Schedule::Parse(expr);
   EXPECT_TRUE(s.ok()) << expr << ": " << s.status().ToString();
-  Result<const date::time_zone*> z = FindZone(zone);
+  Result<Zone> z = FindZone(zone);
   EXPECT_TRUE(z.ok()) << zone;
   if (!s.ok() || !z.ok()) return {};
   std::vector<std::string> out;
@@ -147,7 +155,7 @@ TEST(ScheduleTest, EveryIsAFixedIntervalFromItsAnchor) {
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(s->is_interval());
   EXPECT_EQ(s->interval_ms(), 90'000);
-  const date::time_zone* utc = FindZone("UTC").value();
+  const Zone utc = FindZone("UTC").value();
   EXPECT_EQ(s->Next(1'000, utc, 10'000), 10'000) << "before the anchor: the anchor";
   EXPECT_EQ(s->Next(10'000, utc, 10'000), 100'000);
   EXPECT_EQ(s->Next(99'999, utc, 10'000), 100'000);
@@ -181,7 +189,7 @@ TEST(ScheduleTest, BadSchedulesSayWhatIsWrong) {
   EXPECT_NE(error("@every 367d").find("366d"), std::string::npos);
   EXPECT_NE(error("@every 13h33333666266660m").find("@every"), std::string::npos);
   EXPECT_TRUE(Schedule::Parse("@every 366d").ok());
-  Result<const date::time_zone*> zone = FindZone("Mars/Olympus_Mons");
+  Result<Zone> zone = FindZone("Mars/Olympus_Mons");
   ASSERT_FALSE(zone.ok());
   EXPECT_EQ(zone.status().field(), "timezone");
 }

@@ -13,8 +13,26 @@
 #include "common/json_dump.h"
 #include "common/time_format.h"
 #include "delivery/retry_policy.h"
+#include "engine/timer_key.h"
 
 namespace delayd::delivery {
+namespace {
+
+// A key as a header value: printable ASCII stays, any other byte (and '%')
+// is percent-encoded, so no key can inject a header or break the request.
+std::string HeaderSafe(std::string_view key) {
+  std::string out;
+  for (unsigned char c : key) {
+    if (c > 0x20 && c < 0x7f && c != '%') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string Signature(const std::string& secret, int64_t unix_s, const std::string& body) {
   std::string message = std::to_string(unix_s) + "." + body;
@@ -147,6 +165,12 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
   req.headers.push_back("Delayd-Topic: " + lease.topic);
   req.headers.push_back("Delayd-Attempt: " + std::to_string(lease.attempt));
   req.headers.push_back("Delayd-Due-At: " + FormatRfc3339Ms(lease.due_ms));
+  if (!lease.key.empty()) req.headers.push_back("Delayd-Key: " + HeaderSafe(lease.key));
+  if (std::optional<engine::TimerFire> fire = engine::ParseTimerFireKey(lease.key)) {
+    // A catch-up fire after downtime is due now; its fire time says which it was.
+    req.headers.push_back("Delayd-Timer-Id: " + std::to_string(fire->timer_id));
+    req.headers.push_back("Delayd-Fire-At: " + FormatRfc3339Ms(fire->fire_ms));
+  }
   req.headers.push_back("X-Sent-Us: " + std::to_string(clock_.WallMicros()));
   req.headers.push_back("X-Created-Ms: " + std::to_string(lease.created_ms));
   if (req.method != "GET") req.body = *lease.body;

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <system_error>
 
+#include "common/version.h"
+
 namespace delayd::delivery {
 
 namespace {
@@ -31,6 +33,9 @@ struct CurlGlobal {
 struct HttpClient::Transfer {
   OutRequest request;
   Callback done;
+  const TargetPolicy* policy = nullptr;
+  std::string host;     // the URL's, for the policy's name rules
+  std::string refused;  // why the policy refused a connection; empty: it did not
   OutResult result;
   std::string response_excerpt;
   curl_slist* headers = nullptr;
@@ -56,9 +61,23 @@ struct HttpClient::Transfer {
     }
     return size * n;
   }
+  // Every connection curl opens, the first and any later one (DNS may have
+  // changed), is checked against the resolved address.
+  static curl_socket_t OnOpenSocket(void* self, curlsocktype purpose, curl_sockaddr* address) {
+    auto* t = static_cast<Transfer*>(self);
+    if (purpose == CURLSOCKTYPE_IPCXN) {
+      Status s = t->policy->CheckAddress(t->host, &address->addr);
+      if (!s.ok()) {
+        t->refused = s.message();
+        return CURL_SOCKET_BAD;
+      }
+    }
+    return socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+  }
 };
 
-HttpClient::HttpClient(Executor executor, size_t max_connections) : executor_(std::move(executor)) {
+HttpClient::HttpClient(Executor executor, size_t max_connections, TargetPolicy policy)
+    : executor_(std::move(executor)), policy_(std::move(policy)) {
   static CurlGlobal global;
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -173,12 +192,19 @@ void HttpClient::Start(std::unique_ptr<Transfer> t) {
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_USERAGENT, "delayd/0.1.0");
+  curl_easy_setopt(e, CURLOPT_USERAGENT, kUserAgent);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Transfer::OnBody);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
   curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Transfer::OnHeader);
   curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->error);
+  t->policy = &policy_;
+  t->host = TargetPolicy::HostOf(r.url);
+  curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, &Transfer::OnOpenSocket);
+  // Straight to the target, never through a proxy from the environment: a
+  // proxy's address would be all the policy saw.
+  curl_easy_setopt(e, CURLOPT_PROXY, "");
+  curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, t.get());
   t->started_ms = SteadyMs();
   curl_multi_add_handle(multi_, e);  // sets curl's timer to start the transfer
   active_.emplace(e, std::move(t));
@@ -241,7 +267,9 @@ void HttpClient::Collect() {
         res.error = "HTTP " + std::to_string(status) + ": " + t->response_excerpt;
     } else {
       res.timed_out = code == CURLE_OPERATION_TIMEDOUT;
-      res.error = t->error[0] ? t->error : curl_easy_strerror(code);
+      res.error = !t->refused.empty() ? "refused by the target policy: " + t->refused
+                  : t->error[0]       ? t->error
+                                      : curl_easy_strerror(code);
     }
     curl_multi_remove_handle(multi_, e);
     idle_.push_back(e);

@@ -22,6 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "delivery/target_policy.h"
+
 namespace delayd::delivery {
 
 struct OutRequest {
@@ -46,7 +48,10 @@ class HttpClient {
   using Callback = std::function<void(OutResult)>;
 
   // `max_connections`: idle connections kept open for reuse, all hosts together.
-  explicit HttpClient(Executor executor, size_t max_connections = 1024);
+  // Every connection is opened only to an address `policy` allows; a refused
+  // one fails the request with the policy's reason.
+  explicit HttpClient(Executor executor, size_t max_connections = 1024,
+                      TargetPolicy policy = TargetPolicy());
   ~HttpClient();  // abandons transfers in flight; their callbacks never run
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
@@ -64,6 +69,7 @@ class HttpClient {
   static int OnTimer(void* multi, long timeout_ms, void* self);
 
   Executor executor_;
+  const TargetPolicy policy_;
   std::mutex mu_;
   std::deque<std::unique_ptr<Transfer>> queue_;  // guarded by mu_
   bool stopping_ = false;                        // guarded by mu_

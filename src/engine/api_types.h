@@ -81,7 +81,9 @@ struct PushLease {
   uint32_t attempt = 0;  // 1 for the first delivery
   std::string topic;
   int64_t due_ms = 0;
+  int64_t run_at_ms = 0;  // as asked: a timer job's fire time
   int64_t created_ms = 0;
+  std::string key;  // empty: none
   std::shared_ptr<const std::string> body;
   std::shared_ptr<const JobSpec> spec;
 };

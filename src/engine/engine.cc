@@ -113,6 +113,7 @@ Job* Engine::AddJob(const JobRecord& r, JobState state, std::shared_ptr<const Jo
   j->delay_ms = r.delay_ms;
   j->ttr_ms = r.ttr_ms;
   j->created_ms = r.created_ms;
+  j->run_at_ms = r.run_at_ms;
   j->counters = r.counters;
   j->body = std::make_shared<const std::string>(r.body);
   j->timer.kind = TimerKind::kJob;
@@ -136,6 +137,7 @@ JobRecord Engine::Record(const Job& j) const {
   r.delay_ms = j.delay_ms;
   r.ttr_ms = j.ttr_ms;
   r.created_ms = j.created_ms;
+  r.run_at_ms = j.run_at_ms;
   r.counters = j.counters;
   if (j.extra) {
     r.key = j.extra->key;
@@ -162,7 +164,7 @@ void Engine::SetExtra(Job* j, const JobRecord& r, std::shared_ptr<const JobSpec>
 }
 
 void Engine::NotifyPush(Tube* t) {
-  if (push_listener_ && !t->push_ready.empty() && !t->paused()) push_listener_(t->name);
+  if (push_listener_ && !t->push_ready.empty() && !Paused(t)) push_listener_(t->name);
 }
 
 void Engine::MakeReady(Job* j) {
@@ -374,6 +376,7 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
   r.delay_ms = delay_ms;
   r.ttr_ms = ttr_ms;
   r.created_ms = due_ms - delay_ms;
+  r.run_at_ms = due_ms;
   r.body = std::move(body);
   if (c->use->settings) {
     JobSpec spec;
@@ -419,9 +422,19 @@ void Engine::Delete(Client* c, uint64_t id, Done done) {
       id, [c](const Job& j) { return j.state != JobState::kReserved || j.reserver == c; });
   if (!found.ok()) return done(found.status());
   Job* j = found.value();
+  const bool held = j->state == JobState::kReserved;
   Detach(j);
   ++j->tube->deletes;
-  Finish(j, std::move(done));
+  // Deleting the job one holds finishes it; deleting any other job cancels
+  // it, exactly as DELETE /v1/jobs/{id} does: a job that never ran is never
+  // reported done, and its key is free at once.
+  held ? Finish(j, std::move(done)) : Cancel(j, std::move(done));
+}
+
+void Engine::Cancel(Job* j, Done done) {
+  j->state = JobState::kDeleting;
+  if (j->extra) j->extra->cancelled = true;
+  Write(j, Mutation::Delete(j->id), std::move(done));
 }
 
 void Engine::Finish(Job* j, Done done) {
@@ -637,8 +650,10 @@ Result<TubeStats> Engine::StatsTube(const std::string& name) const {
   s.waiting = t->waiters.size();
   s.deletes = t->deletes;
   s.pauses = t->pauses;
-  s.pause_s = t->pause_ms / 1000;
-  if (t->paused()) s.pause_left_s = (t->unpause_us - clock_.SteadyMicros()) / 1'000'000;
+  if (Paused(t)) {  // a pause whose end has passed reads as none
+    s.pause_s = t->pause_ms / 1000;
+    s.pause_left_s = (t->unpause_us - clock_.SteadyMicros()) / 1'000'000;
+  }
   return s;
 }
 

@@ -36,7 +36,7 @@ namespace delayd::engine {
 
 // The longest pause, and the one a pause without an end gets: beanstalkd's
 // largest delay, 2^32-1 s.
-constexpr int64_t kPauseForeverMs = 4'294'967'295'000LL;
+constexpr int64_t kPauseForeverMs = kMaxDurationMs;
 
 struct EngineOptions {
   // Delayed jobs due within this many ms are kept in memory. At least a
@@ -132,7 +132,8 @@ class Engine {
   Result<ListPage> List(const ListFilter& f);
   // kConflict when reserved.
   void Modify(uint64_t id, const JobPatch& patch, Done done);
-  // Deletes a job that is not reserved, leaving no record (a cancel).
+  // Deletes a job that is not reserved, leaving no record (a cancel), or
+  // the record of a done job, freeing its key.
   void Remove(uint64_t id, Done done);
   // A delayed job becomes ready now; a ready one stays so.
   void RunNow(uint64_t id, Done done);
@@ -192,6 +193,7 @@ class Engine {
   int64_t loaded_horizon_ms() const;
 
   // Tubes.
+  bool Paused(const Tube* t) const { return t->PausedAt(clock_.SteadyMicros()); }
   Tube* FindTube(const std::string& name) const;
   Tube* FindOrMakeTube(const std::string& name);
   void MaybeDropTube(Tube* t);
@@ -209,6 +211,8 @@ class Engine {
   static JobInfo Info(store::JobRecord r);
   // Finishes `j`: a done record when it has extras, else gone.
   void Finish(Job* j, Done done);
+  // Cancels `j` (detached): gone from the store with no record, its key free.
+  void Cancel(Job* j, Done done);
   void AppendAttempt(Job* j, const Attempt& a);
   // The topic's defaults applied to a job being created in `t`.
   void ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const;

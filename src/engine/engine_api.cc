@@ -92,7 +92,8 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
     r.id = next_id_++;
     r.tube = topic;
     r.priority = n.priority;
-    r.due_ms = n.run_at_ms ? std::max(*n.run_at_ms, now_ms) : now_ms + n.delay_ms;
+    r.run_at_ms = n.run_at_ms ? *n.run_at_ms : now_ms + n.delay_ms;
+    r.due_ms = std::max(r.run_at_ms, now_ms);
     r.delay_ms = r.due_ms - now_ms;
     r.state = r.delay_ms > 0 ? StoredState::kDelayed : StoredState::kReady;
     r.ttr_ms = ttr_ms;
@@ -279,6 +280,7 @@ void Engine::Modify(uint64_t id, const JobPatch& p, Done done) {
   if (p.body) j->body = std::make_shared<const std::string>(*p.body);
   if (p.due_ms) {
     j->due_ms = *p.due_ms;
+    j->run_at_ms = *p.due_ms;
     j->delay_ms = std::max<int64_t>(0, *p.due_ms - clock_.WallMillis());
   }
   if (p.target || p.retry || p.encoding) {
@@ -305,13 +307,23 @@ void Engine::Modify(uint64_t id, const JobPatch& p, Done done) {
 
 void Engine::Remove(uint64_t id, Done done) {
   auto found = FindOrLoad(id, [](const Job& j) { return j.state != JobState::kReserved; });
-  if (!found.ok()) return done(found.status());
-  Job* j = found.value();
-  Detach(j);
-  ++j->tube->deletes;
-  j->state = JobState::kDeleting;
-  if (j->extra) j->extra->cancelled = true;
-  Write(j, Mutation::Delete(id), std::move(done));
+  if (found.ok()) {
+    Job* j = found.value();
+    Detach(j);
+    ++j->tube->deletes;
+    return Cancel(j, std::move(done));
+  }
+  if (found.status().code() != StatusCode::kNotFound || jobs_.count(id)) {
+    return done(found.status());
+  }
+  // A done job, kept as history: removing it frees its key now rather than
+  // at the end of its retention.
+  auto r = store_.Get(id);
+  if (!r.ok()) return done(r.status());
+  if (!r.value() || r.value()->state != StoredState::kDone) {
+    return done(Status::NotFound("no such job"));
+  }
+  store_.Submit(Mutation::Delete(id), std::move(done));
 }
 
 void Engine::RunNow(uint64_t id, Done done) {
@@ -394,7 +406,7 @@ Result<TopicInfo> Engine::Topic(const std::string& name) const {
   info.reserved = t->reserved;
   info.buried = t->buried.size();
   info.total_jobs = t->total_jobs;
-  info.paused = t->paused();
+  info.paused = Paused(t);
   if (info.paused) info.pause_left_ms = (t->unpause_us - clock_.SteadyMicros()) / 1000;
   int64_t oldest = 0;
   for (const auto* set : {&t->ready, &t->push_ready}) {
@@ -425,7 +437,7 @@ void Engine::ResumeTube(const std::string& name, Done done) {
   store_.Submit(Mutation::PauseTube(name, 0, 0),
                 [this, name, done = std::move(done)](const Status& s) {
                   Tube* t = FindTube(name);
-                  if (s.ok() && t != nullptr && t->paused()) {
+                  if (s.ok() && t != nullptr && Paused(t)) {
                     t->pause_ms = 0;
                     t->unpause_us = 0;
                     wheel_.Cancel(&t->timer.node);

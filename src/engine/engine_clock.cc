@@ -192,7 +192,7 @@ void Engine::Reserve(Client* c, int64_t timeout_ms) {
   for (Tube* t : c->watch) {
     if (t->ready.empty()) continue;
     any_ready = true;
-    if (t->paused()) continue;
+    if (Paused(t)) continue;
     Job* candidate = *t->ready.begin();
     if (best == nullptr || ReadyOrder()(candidate, best)) best = candidate;
   }
@@ -218,7 +218,7 @@ void Engine::Reserve(Client* c, int64_t timeout_ms) {
 }
 
 void Engine::Serve(Tube* t) {
-  while (!t->paused() && !t->waiters.empty() && !t->ready.empty()) {
+  while (!Paused(t) && !t->waiters.empty() && !t->ready.empty()) {
     Grant(t->waiters.front(), *t->ready.begin());
   }
 }

@@ -2,7 +2,7 @@
 // through TakePush and reports each delivery through PushDone.
 #include <nlohmann/json.hpp>
 
-#include "common/json_dump.h"
+#include "common/json_text.h"
 #include "common/json_writer.h"
 #include "engine/engine.h"
 
@@ -13,7 +13,7 @@ using store::Mutation;
 
 std::optional<PushLease> Engine::TakePush(const std::string& topic) {
   Tube* t = FindTube(topic);
-  if (t == nullptr || t->paused() || t->push_ready.empty()) return std::nullopt;
+  if (t == nullptr || Paused(t) || t->push_ready.empty()) return std::nullopt;
   Job* j = *t->push_ready.begin();
   Detach(j);
   j->state = JobState::kReserved;
@@ -31,7 +31,9 @@ std::optional<PushLease> Engine::TakePush(const std::string& topic) {
   lease.attempt = j->counters.reserves;
   lease.topic = t->name;
   lease.due_ms = j->due_ms;
+  lease.run_at_ms = j->run_at_ms;
   lease.created_ms = j->created_ms;
+  lease.key = j->extra->key;
   lease.body = j->body;
   lease.spec = j->extra->spec;
   return lease;
@@ -64,13 +66,16 @@ void Engine::AppendAttempt(Job* j, const Attempt& a) {
     log += ']';
   }
   if (j->counters.reserves <= options_.attempt_log_size) return;
-  nlohmann::json all = nlohmann::json::parse(log, nullptr, false);
-  if (!all.is_array()) all = nlohmann::json::array();
-  if (all.size() > options_.attempt_log_size) {
-    all.erase(all.begin(),
-              all.begin() + static_cast<std::ptrdiff_t>(all.size() - options_.attempt_log_size));
+  // Keep the latest entries, each as the text it was written as.
+  const std::vector<std::string_view> all = JsonElementTexts(log);
+  if (all.size() <= options_.attempt_log_size) return;
+  std::string kept = "[";
+  for (size_t i = all.size() - options_.attempt_log_size; i < all.size(); ++i) {
+    if (kept.size() > 1) kept += ',';
+    kept += all[i];
   }
-  log = DumpJson(all);
+  kept += ']';
+  log = std::move(kept);
 }
 
 void Engine::PushDone(uint64_t id, uint32_t attempt, const Attempt& a, bool success, bool dead,
@@ -105,7 +110,7 @@ void Engine::PushDone(uint64_t id, uint32_t attempt, const Attempt& a, bool succ
 std::vector<std::string> Engine::PushReadyTopics() const {
   std::vector<std::string> out;
   for (auto& t : tubes_) {
-    if (!t->push_ready.empty() && !t->paused()) out.push_back(t->name);
+    if (!t->push_ready.empty() && !Paused(t.get())) out.push_back(t->name);
   }
   return out;
 }

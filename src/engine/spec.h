@@ -11,6 +11,10 @@
 
 namespace delayd::engine {
 
+// beanstalkd's largest delay, ttr and pause, 2^32-1 s: the longest any of
+// them may be, over either front door.
+inline constexpr int64_t kMaxDurationMs = 4'294'967'295'000LL;
+
 // Where a push job is delivered.
 struct Target {
   std::string url;  // http:// or https://

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/json_dump.h"
+#include "common/json_text.h"
 #include "common/time_format.h"
 
 namespace delayd::engine {
@@ -210,7 +211,7 @@ Result<TopicSettings> ParseTopicSettings(const json& j) {
     t.retry = *retry;
   }
   if (j.contains("ttr_ms")) {
-    Result<int64_t> ms = Millis(j["ttr_ms"], "ttr_ms", 0, 4'294'967'295'000LL);
+    Result<int64_t> ms = Millis(j["ttr_ms"], "ttr_ms", 0, kMaxDurationMs);
     if (!ms.ok()) return ms.status();
     t.ttr_ms = *ms;
   }
@@ -342,11 +343,12 @@ std::string EncodeSpec(const JobSpec& spec) {
 std::shared_ptr<const JobSpec> DecodeSpec(const std::string& text) {
   if (text.empty()) return nullptr;
   auto spec = std::make_shared<JobSpec>();
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) {
+  Result<json> parsed = ParseJson(text, "spec");
+  if (!parsed.ok()) {
     spdlog::error("store: unreadable job spec {}", text.substr(0, 80));
     return spec;
   }
+  const json& j = *parsed;
   if (j.contains("target")) {
     Result<Target> t = ParseTarget(j["target"], "target");
     if (t.ok()) spec->target = std::move(*t);
@@ -365,9 +367,9 @@ std::string EncodeSettings(const TopicSettings& s) { return DumpJson(ToJson(s, t
 
 std::shared_ptr<const TopicSettings> DecodeSettings(const std::string& text) {
   if (text.empty()) return nullptr;
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) return nullptr;
-  Result<TopicSettings> s = ParseTopicSettings(j);
+  Result<json> j = ParseJson(text, "settings");
+  if (!j.ok()) return nullptr;
+  Result<TopicSettings> s = ParseTopicSettings(*j);
   if (!s.ok()) {
     spdlog::error("store: unreadable topic settings: {}", s.status().ToString());
     return nullptr;

@@ -60,6 +60,7 @@ struct Job {
   int64_t delay_ms = 0;  // the delay last asked for
   int64_t ttr_ms = 0;
   int64_t created_ms = 0;   // wall ms of the put
+  int64_t run_at_ms = 0;    // wall ms asked for, before a past time became now
   int64_t deadline_us = 0;  // steady us when a reservation runs out
   uint64_t bury_seq = 0;    // buried jobs are kicked in bury order
   store::JobCounters counters;
@@ -114,7 +115,9 @@ struct Tube {
   EngineTimer timer;                              // unpause
   std::shared_ptr<const TopicSettings> settings;  // null: none set
 
-  bool paused() const { return pause_ms > 0 || unpause_us > 0; }
+  // A pause is over from the moment its end passes, before the unpause timer
+  // has run: beanstalkd's `pause-tube T 0` is over at the very next reserve.
+  bool PausedAt(int64_t steady_us) const { return unpause_us > steady_us; }
   uint64_t refs() const {
     return jobs + far_delayed + using_count + watching_count + (permanent || settings ? 1 : 0);
   }

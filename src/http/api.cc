@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "common/json_dump.h"
+#include "common/json_text.h"
 #include "common/time_format.h"
 #include "delivery/dispatcher.h"
 #include "engine/spec_json.h"
@@ -411,13 +412,15 @@ void Api::SubmitJobs(Call& c) {
   const int64_t now_ms = clock_.WallMillis();
   std::vector<engine::NewJob> jobs;
   if (batch) {
+    const std::vector<std::string_view> texts = JsonElementTexts(c.req.body);
     for (size_t i = 0; i < body->size(); ++i) {
-      auto n = ParseNewJob((*body)[i], "[" + std::to_string(i) + "]", options_.limits, now_ms);
+      auto n = ParseNewJob((*body)[i], texts.at(i), "[" + std::to_string(i) + "]", options_.limits,
+                           now_ms);
       if (!n.ok()) return c.reply(ProblemResponse(n.status()));
       jobs.push_back(std::move(*n));
     }
   } else {
-    auto n = ParseNewJob(*body, "", options_.limits, now_ms);
+    auto n = ParseNewJob(*body, c.req.body, "", options_.limits, now_ms);
     if (!n.ok()) return c.reply(ProblemResponse(n.status()));
     jobs.push_back(std::move(*n));
   }
@@ -467,7 +470,7 @@ void Api::PatchJob(Call& c) {
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto body = ParseBody(c.req, true);
   if (!body.ok()) return c.reply(ProblemResponse(body.status()));
-  auto patch = ParseJobPatch(*body, options_.limits, clock_.WallMillis());
+  auto patch = ParseJobPatch(*body, c.req.body, options_.limits, clock_.WallMillis());
   if (!patch.ok()) return c.reply(ProblemResponse(patch.status()));
   engine_.Modify(*id, *patch, [this, id = *id, reply = std::move(c.reply)](const Status& s) {
     if (!s.ok()) return reply(ProblemResponse(s));
@@ -557,9 +560,8 @@ void Api::Attempts(Call& c) {
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto info = engine_.GetJob(*id);
   if (!info.ok()) return c.reply(ProblemResponse(info.status()));
-  json log = info->record.attempt_log.empty()
-                 ? json::array()
-                 : json::parse(info->record.attempt_log, nullptr, false);
+  Result<json> parsed = ParseJson(info->record.attempt_log, "attempt_log");
+  json log = parsed.ok() ? std::move(*parsed) : json::array();
   json out = json::array();
   if (log.is_array()) {
     for (json& a : log) {
@@ -686,6 +688,14 @@ void Api::PutTopic(Call& c) {
   if (!body.ok()) return c.reply(ProblemResponse(body.status()));
   auto parsed = engine::ParseTopicSettings(*body);
   if (!parsed.ok()) return c.reply(ProblemResponse(parsed.status()));
+  for (auto [url, field] :
+       {std::pair{parsed->target ? &parsed->target->url : nullptr, "target.url"},
+        {parsed->alert ? &parsed->alert->webhook : nullptr, "alert.webhook"}}) {
+    if (url == nullptr) continue;
+    if (Status s = CheckTargetUrl(options_.limits, *url, field); !s.ok()) {
+      return c.reply(ProblemResponse(s));
+    }
+  }
   // The secret is write-only: a PUT without it keeps the one set.
   if (!body->contains("signing_secret")) {
     if (auto old = engine_.SettingsOf(c.params[0])) parsed->signing_secret = old->signing_secret;

@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/version.h"
 #include "engine/engine.h"
 #include "http/job_json.h"
 #include "http/server.h"
@@ -33,7 +34,7 @@ struct ApiOptions {
   size_t max_batch = 1000;  // jobs per submission
   int64_t max_reserve_wait_ms = 60'000;
   JobLimits limits;
-  std::string version = "0.1.0";
+  std::string version = kVersion;
 };
 
 struct RouteSpec {

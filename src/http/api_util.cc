@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "common/json_text.h"
+
 namespace delayd::http {
 
 using nlohmann::json;
@@ -13,9 +15,7 @@ Result<json> ParseBody(const Request& req, bool required) {
   }
   // The body is read as JSON whatever Content-Type says: curl -d sends
   // form encoding by default, and the JSON error below is clearer.
-  json j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded()) return Status::InvalidField("body", "is not valid JSON");
-  return j;
+  return ParseJson(req.body, "body");
 }
 
 std::optional<std::string> QueryValue(const std::vector<std::pair<std::string, std::string>>& q,

@@ -1,9 +1,10 @@
 #include "http/job_json.h"
 
 #include "common/base64.h"
-#include "common/json_dump.h"
+#include "common/json_text.h"
 #include "common/time_format.h"
 #include "engine/spec_json.h"
+#include "engine/timer_key.h"
 
 namespace delayd::http {
 
@@ -16,14 +17,15 @@ std::string Field(const std::string& prefix, const char* name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-// The body of a submission or patch: `body` (any JSON) or `body_base64`.
-Status ParseBody(const json& j, const std::string& prefix, const JobLimits& limits,
-                 std::string* body, BodyEncoding* encoding) {
+// The body of a submission or patch: `body` (any JSON, kept as the text it
+// was sent as) or `body_base64`. `text` is the source of `j`.
+Status ParseBody(const json& j, std::string_view text, const std::string& prefix,
+                 const JobLimits& limits, std::string* body, BodyEncoding* encoding) {
   if (j.contains("body") && j.contains("body_base64")) {
     return Status::InvalidField(Field(prefix, "body_base64"), "give either body or body_base64");
   }
   if (j.contains("body")) {
-    *body = DumpJson(j["body"]);
+    *body = std::string(JsonMemberText(text, "body").value_or("null"));
     *encoding = BodyEncoding::kJson;
   } else if (j.contains("body_base64")) {
     const json& b = j["body_base64"];
@@ -97,15 +99,18 @@ Result<uint32_t> ParsePriority(const json& v, const std::string& field) {
 Result<int64_t> ParseTtr(const json& v, const std::string& field) {
   Result<int64_t> ms = engine::ParseMillis(v, field);
   if (!ms.ok()) return ms;
-  if (*ms < 1000 || *ms > 4'294'967'295'000LL) {
-    return Status::InvalidField(field, "must be at least 1 s (1000 ms)");
+  if (*ms < 1000) return Status::InvalidField(field, "must be at least 1 s (1000 ms)");
+  if (*ms > engine::kMaxDurationMs) {
+    return Status::InvalidField(
+        field,
+        "is too large: at most " + std::to_string(engine::kMaxDurationMs) + " ms (2^32-1 s)");
   }
   return ms;
 }
 
 }  // namespace
 
-Result<engine::NewJob> ParseNewJob(const json& j, const std::string& prefix,
+Result<engine::NewJob> ParseNewJob(const json& j, std::string_view text, const std::string& prefix,
                                    const JobLimits& limits, int64_t now_ms) {
   Status s = CheckKnown(
       j, prefix,
@@ -121,6 +126,10 @@ Result<engine::NewJob> ParseNewJob(const json& j, const std::string& prefix,
                                                             " bytes");
     }
     n.key = k.get<std::string>();
+    if (n.key.rfind(engine::kTimerKeyPrefix, 0) == 0) {
+      return Status::InvalidField(Field(prefix, "key"),
+                                  "must not start with \"timer:\", which names timer fires");
+    }
   }
   if (j.contains("priority")) {
     Result<uint32_t> p = ParsePriority(j["priority"], Field(prefix, "priority"));
@@ -135,11 +144,13 @@ Result<engine::NewJob> ParseNewJob(const json& j, const std::string& prefix,
     if (!ttr.ok()) return ttr.status();
     n.ttr_ms = *ttr;
   }
-  s = ParseBody(j, prefix, limits, &n.body, &n.spec.encoding);
+  s = ParseBody(j, text, prefix, limits, &n.body, &n.spec.encoding);
   if (!s.ok()) return s;
   if (j.contains("target") && !j["target"].is_null()) {
     Result<engine::Target> t = engine::ParseTarget(j["target"], Field(prefix, "target"));
     if (!t.ok()) return t.status();
+    s = CheckTargetUrl(limits, t->url, Field(Field(prefix, "target"), "url"));
+    if (!s.ok()) return s;
     n.spec.target = std::move(*t);
   }
   if (j.contains("retry") && !j["retry"].is_null()) {
@@ -150,7 +161,8 @@ Result<engine::NewJob> ParseNewJob(const json& j, const std::string& prefix,
   return n;
 }
 
-Result<engine::JobPatch> ParseJobPatch(const json& j, const JobLimits& limits, int64_t now_ms) {
+Result<engine::JobPatch> ParseJobPatch(const json& j, std::string_view text,
+                                       const JobLimits& limits, int64_t now_ms) {
   Status s = CheckKnown(
       j, "", {"priority", "delay", "run_at", "ttr_ms", "body", "body_base64", "target", "retry"});
   if (!s.ok()) return s;
@@ -171,7 +183,7 @@ Result<engine::JobPatch> ParseJobPatch(const json& j, const JobLimits& limits, i
   if (j.contains("body") || j.contains("body_base64")) {
     std::string body;
     BodyEncoding encoding = BodyEncoding::kRaw;
-    s = ParseBody(j, "", limits, &body, &encoding);
+    s = ParseBody(j, text, "", limits, &body, &encoding);
     if (!s.ok()) return s;
     p.body = std::move(body);
     p.encoding = encoding;
@@ -182,6 +194,8 @@ Result<engine::JobPatch> ParseJobPatch(const json& j, const JobLimits& limits, i
     } else {
       Result<engine::Target> t = engine::ParseTarget(j["target"], "target");
       if (!t.ok()) return t.status();
+      s = CheckTargetUrl(limits, t->url, "target.url");
+      if (!s.ok()) return s;
       p.target = std::optional<engine::Target>(std::move(*t));
     }
   }
@@ -197,10 +211,16 @@ Result<engine::JobPatch> ParseJobPatch(const json& j, const JobLimits& limits, i
   return p;
 }
 
-// A body reads back as it was given: JSON stays JSON; bytes (and beanstalk
-// bodies that are not JSON) come back as base64. A body given as JSON was
-// stored as nlohmann's rendering of it, so it is embedded as it is; any
-// other is checked first.
+Status CheckTargetUrl(const JobLimits& limits, const std::string& url, const std::string& field) {
+  if (limits.targets == nullptr) return Status::Ok();
+  Status s = limits.targets->CheckUrl(url);
+  return s.ok() ? s : Status::InvalidField(field, s.message());
+}
+
+// A body reads back as it was given: JSON stays JSON, byte for byte; bytes
+// (and beanstalk bodies that are not JSON) come back as base64. A body given
+// as JSON was validated when it was submitted, so it is embedded as it is;
+// any other is checked first.
 void WriteBody(JsonWriter& w, const std::string& body, engine::BodyEncoding encoding) {
   if (!body.empty() &&
       (encoding == BodyEncoding::kJson ||
@@ -222,6 +242,16 @@ void WriteJobFields(JsonWriter& w, const engine::JobInfo& info) {
   w.Key("state").String(info.state);
   w.Key("priority").Uint(r.priority);
   w.Key("due_at").Time(r.due_ms);
+  w.Key("run_at").Time(r.run_at_ms != 0 ? r.run_at_ms : r.due_ms);
+  w.Key("timer");
+  if (std::optional<engine::TimerFire> fire = engine::ParseTimerFireKey(r.key)) {
+    w.BeginObject();
+    w.Key("id").Uint(fire->timer_id);
+    w.Key("fire_at").Time(fire->fire_ms);
+    w.EndObject();
+  } else {
+    w.Null();
+  }
   w.Key("created_at").Time(r.created_ms);
   w.Key("ttr_ms").Int(r.ttr_ms);
   w.Key("attempts").Uint(r.counters.reserves);

@@ -4,25 +4,32 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "common/base64.h"
 #include "common/json_writer.h"
 #include "common/status.h"
+#include "delivery/target_policy.h"
 #include "engine/api_types.h"
 
 namespace delayd::http {
 
 struct JobLimits {
+  // When set, every target URL must pass it (it outlives the parsing).
+  const delivery::TargetPolicy* targets = nullptr;
   size_t max_body_bytes = 65535;
-  int64_t max_delay_ms = 4'294'967'295'000LL;  // beanstalkd's 2^32-1 s
+  int64_t max_delay_ms = engine::kMaxDurationMs;
   size_t max_key_bytes = 200;
 };
 
-// One submission object; `prefix` names it in errors ("[3]" in a batch).
-Result<engine::NewJob> ParseNewJob(const nlohmann::json& j, const std::string& prefix,
-                                   const JobLimits& limits, int64_t now_ms);
-Result<engine::JobPatch> ParseJobPatch(const nlohmann::json& j, const JobLimits& limits,
-                                       int64_t now_ms);
+// One submission object `j`, parsed from `text` (its source, from which a
+// JSON body is kept byte for byte); `prefix` names it in errors ("[3]" in a
+// batch).
+Result<engine::NewJob> ParseNewJob(const nlohmann::json& j, std::string_view text,
+                                   const std::string& prefix, const JobLimits& limits,
+                                   int64_t now_ms);
+Result<engine::JobPatch> ParseJobPatch(const nlohmann::json& j, std::string_view text,
+                                       const JobLimits& limits, int64_t now_ms);
 
 // A job as it reads back. WriteJobFields writes its members into an object
 // the caller has opened, so a reply can add its own (`duplicate`).
@@ -30,6 +37,8 @@ void WriteJobFields(JsonWriter& w, const engine::JobInfo& info);
 // `body` or `body_base64`, as the body was given.
 void WriteBody(JsonWriter& w, const std::string& body, engine::BodyEncoding encoding);
 std::string RenderJob(const engine::JobInfo& info);
+// The target policy's verdict on `url`, as an error naming `field`.
+Status CheckTargetUrl(const JobLimits& limits, const std::string& url, const std::string& field);
 
 using delayd::Base64Decode;
 using delayd::Base64Encode;

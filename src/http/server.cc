@@ -104,8 +104,19 @@ struct Server::Impl {
       parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
       stream.expires_after(std::chrono::milliseconds(options.idle_timeout_ms));
       idle.insert(&stream);
-      co_await bhttp::async_read(stream, buffer, parser,
-                                 asio::redirect_error(asio::use_awaitable, ec));
+      co_await bhttp::async_read_header(stream, buffer, parser,
+                                        asio::redirect_error(asio::use_awaitable, ec));
+      if (!ec && !parser.is_done() && parser.get().version() >= 11 &&
+          beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
+        // The client waits for this interim reply before it sends the body
+        // (RFC 9110, 10.1.1). A body over the limit was refused above.
+        bhttp::response<bhttp::empty_body> go_on{bhttp::status::continue_, parser.get().version()};
+        co_await bhttp::async_write(stream, go_on, asio::redirect_error(asio::use_awaitable, ec));
+      }
+      if (!ec && !parser.is_done()) {
+        co_await bhttp::async_read(stream, buffer, parser,
+                                   asio::redirect_error(asio::use_awaitable, ec));
+      }
       idle.erase(&stream);
       if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
           ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||

@@ -2,6 +2,7 @@
 // their fire history. JSON in the shape of issue 4; errors name the field.
 #include <nlohmann/json.hpp>
 
+#include "common/json_text.h"
 #include "common/json_writer.h"
 #include "common/time_format.h"
 #include "engine/spec_json.h"
@@ -42,8 +43,8 @@ Result<std::string> Text(const json& v, const char* field) {
 
 // Applies the fields of `j` over `name` and `spec`. A new timer needs name,
 // topic and schedule.
-Status ApplyTimerJson(const json& j, bool create, const JobLimits& limits, int64_t now_ms,
-                      std::string& name, TimerSpec& spec) {
+Status ApplyTimerJson(const json& j, std::string_view text, bool create, const JobLimits& limits,
+                      int64_t now_ms, std::string& name, TimerSpec& spec) {
   if (!j.is_object()) return Status::InvalidField("body", "must be a JSON object");
   for (const char* required : {"name", "topic", "schedule"}) {
     if (create && !j.contains(required)) return Status::InvalidField(required, "is required");
@@ -103,7 +104,8 @@ Status ApplyTimerJson(const json& j, bool create, const JobLimits& limits, int64
                                       "is set by the timer at each fire");
         }
       }
-      auto job = ParseNewJob(v, "template", limits, now_ms);
+      auto job = ParseNewJob(v, JsonMemberText(text, "template").value_or("{}"), "template", limits,
+                             now_ms);
       if (!job.ok()) return job.status();
       spec.job = std::move(*job);
     } else if (!ReadOnly(k)) {
@@ -171,7 +173,8 @@ void Api::CreateTimer(Call& c) {
   if (!body.ok()) return c.reply(ProblemResponse(body.status()));
   std::string name;
   TimerSpec spec;
-  Status s = ApplyTimerJson(*body, true, options_.limits, clock_.WallMillis(), name, spec);
+  Status s =
+      ApplyTimerJson(*body, c.req.body, true, options_.limits, clock_.WallMillis(), name, spec);
   if (!s.ok()) return c.reply(ProblemResponse(s));
   timers_->Create(std::move(name), std::move(spec),
                   [this, reply = std::move(c.reply)](Result<TimerInfo> r) {
@@ -211,7 +214,8 @@ void Api::PatchTimer(Call& c) {
   if (!current.ok()) return c.reply(ProblemResponse(current.status()));
   std::string name = current->record.name;
   TimerSpec spec = current->spec;
-  Status s = ApplyTimerJson(*body, false, options_.limits, clock_.WallMillis(), name, spec);
+  Status s =
+      ApplyTimerJson(*body, c.req.body, false, options_.limits, clock_.WallMillis(), name, spec);
   if (!s.ok()) return c.reply(ProblemResponse(s));
   timers_->Replace(
       *id, std::move(name), std::move(spec),
@@ -272,7 +276,7 @@ void Api::PreviewTimer(Call& c) {
     return c.reply(ProblemResponse(Status::InvalidField("schedule", "is required")));
   }
   const int64_t now = clock_.WallMillis();
-  Status s = ApplyTimerJson(j, false, options_.limits, now, name, spec);
+  Status s = ApplyTimerJson(j, c.req.body, false, options_.limits, now, name, spec);
   if (s.ok()) s = timer::TimerService::Validate(name, spec);
   if (!s.ok()) return c.reply(ProblemResponse(s));
   auto times = timer::TimerService::Preview(spec, now, now, count);

@@ -36,7 +36,9 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "done-retention-ms",
                                                "max-deliveries",
                                                "topic-concurrency",
-                                               "timer-misfire-grace-ms"};
+                                               "timer-misfire-grace-ms",
+                                               "target-allow",
+                                               "target-deny"};
   for (auto& [key, value] : t) {
     if (!kKnown.count(std::string(key.str()))) {
       return Status::InvalidArgument(path + ": unknown key '" + std::string(key.str()) + "'");
@@ -85,6 +87,23 @@ Status LoadToml(const std::string& path, Config& config) {
     if (auto n = t[key]; n) {
       if (!n.is_string()) return type_error(key, "a string");
       *out = *n.value<std::string>();
+    }
+  }
+  for (auto [key, out] :
+       {std::pair{"target-allow", &config.target_allow}, {"target-deny", &config.target_deny}}) {
+    if (auto n = t[key]; n) {
+      out->clear();
+      auto* arr = n.as_array();
+      if (n.is_string()) {
+        out->push_back(*n.value<std::string>());
+      } else if (arr != nullptr) {
+        for (auto& el : *arr) {
+          if (!el.is_string()) return type_error(key, "a string or an array of strings");
+          out->push_back(*el.value<std::string>());
+        }
+      } else {
+        return type_error(key, "a string or an array of strings");
+      }
     }
   }
   if (auto n = t["log-level"]; n) {
@@ -153,6 +172,17 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "A timer fire later than this (after downtime or a pause) counts as missed and "
                  "follows the timer's misfire policy (default 60000)")
       ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_option("--target-allow", c.target_allow,
+                 "Push targets and alert webhooks may only reach what matches one of these "
+                 "rules; repeatable (default: anything not denied). A rule is HOST[:PORT]: *, "
+                 "a host name, *.domain, an IP address or CIDR ([v6]/n:PORT with a port)")
+      ->take_all()
+      ->allow_extra_args(false);  // one rule per flag; "[::1]" is a rule, not a list
+  app.add_option("--target-deny", c.target_deny,
+                 "Push targets and alert webhooks may not reach what matches one of these "
+                 "rules; repeatable. Link-local and unspecified addresses are always denied")
+      ->take_all()
+      ->allow_extra_args(false);  // one rule per flag; "[::1]" is a rule, not a list
   app.add_option("--log-level", c.log_level,
                  "trace, debug, info, warn, error or off (default info)")
       ->check(CLI::IsMember(kLogLevels));
@@ -200,6 +230,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--done-retention-ms")) c.done_retention_ms = file.done_retention_ms;
     if (!given("--max-deliveries")) c.max_deliveries = file.max_deliveries;
     if (!given("--topic-concurrency")) c.topic_concurrency = file.topic_concurrency;
+    if (!given("--target-allow")) c.target_allow = file.target_allow;
+    if (!given("--target-deny")) c.target_deny = file.target_deny;
     if (!given("--timer-misfire-grace-ms")) {
       c.timer_misfire_grace_ms = file.timer_misfire_grace_ms;
     }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/version.h"
 
 namespace delayd::server {
 
@@ -26,6 +27,9 @@ struct Config {
   uint64_t max_deliveries = 4096;           // push deliveries in flight at once
   uint64_t topic_concurrency = 128;         // ... for one topic without its own max_concurrency
   int64_t timer_misfire_grace_ms = 60'000;  // a timer fire later than this is missed
+  // Push targets and alert webhooks: rules of delivery/target_policy.h.
+  std::vector<std::string> target_allow;
+  std::vector<std::string> target_deny;
 };
 
 // The outcome of reading the command line: run with `config`, or exit with
@@ -41,7 +45,5 @@ ParsedArgs ParseArgs(int argc, char** argv);
 // Reads a TOML file's keys into `config`, leaving keys it lacks alone.
 // Unknown keys and wrong types are errors.
 Status LoadToml(const std::string& path, Config& config);
-
-inline constexpr const char* kVersion = "0.1.0";
 
 }  // namespace delayd::server

@@ -31,6 +31,14 @@ TEST(ConfigTest, BeanstalkFlagRepeats) {
   EXPECT_EQ(a.config.beanstalk, (std::vector<std::string>{"127.0.0.1:0", "unix:/tmp/x.sock"}));
 }
 
+TEST(ConfigTest, TargetRulesRepeat) {
+  ParsedArgs a = Parse({"--target-deny", "127.0.0.0/8", "--target-allow", "*.example.com:443",
+                        "--target-deny", "[::1]"});
+  ASSERT_FALSE(a.exit);
+  EXPECT_EQ(a.config.target_deny, (std::vector<std::string>{"127.0.0.0/8", "[::1]"}));
+  EXPECT_EQ(a.config.target_allow, std::vector<std::string>{"*.example.com:443"});
+}
+
 TEST(ConfigTest, BeanstalkdAliases) {
   ParsedArgs a = Parse({"-l", "127.0.0.1", "-p", "0", "-z", "100", "-b", "/tmp/b", "-V"});
   ASSERT_FALSE(a.exit);
@@ -77,6 +85,19 @@ TEST_F(TomlTest, FileSetsKeysAndFlagsWin) {
   EXPECT_EQ(a.config.max_job_size, 2000u);
   EXPECT_EQ(a.config.topic_concurrency, 16u);
   EXPECT_EQ(a.config.max_deliveries, 32u);
+}
+
+TEST_F(TomlTest, TargetRulesFromTheFileUnlessFlagsGiveThem) {
+  std::string p = Write("target-deny = [\"10.0.0.0/8\", \"*.corp\"]\ntarget-allow = \"*\"\n");
+  ParsedArgs a = Parse({"--config", p});
+  ASSERT_FALSE(a.exit);
+  EXPECT_EQ(a.config.target_deny, (std::vector<std::string>{"10.0.0.0/8", "*.corp"}));
+  EXPECT_EQ(a.config.target_allow, std::vector<std::string>{"*"});
+  a = Parse({"--config", p, "--target-deny", "192.168.0.0/16"});
+  EXPECT_EQ(a.config.target_deny, std::vector<std::string>{"192.168.0.0/16"});
+  Config c;
+  EXPECT_FALSE(LoadToml(Write("target-deny = 5\n"), c).ok());
+  EXPECT_FALSE(LoadToml(Write("target-allow = [1]\n"), c).ok());
 }
 
 TEST_F(TomlTest, UnknownKeyIsAnError) {

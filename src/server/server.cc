@@ -88,7 +88,7 @@ Status Server::Start() {
 
   struct utsname un {};
   uname(&un);
-  process_.version = std::string("delayd ") + kVersion;
+  process_.version = kBeanstalkStatsVersion;
   process_.instance_id = RandomHex16();
   process_.hostname = un.nodename;
   process_.os = un.version;
@@ -112,8 +112,11 @@ Status Server::Start() {
     if (!bound.ok()) return bound.status();
     addresses += " beanstalk=" + bound.value();
   }
+  auto policy = delivery::TargetPolicy::Make(config_.target_allow, config_.target_deny);
+  if (!policy.ok()) return policy.status();
+  target_policy_ = std::make_unique<delivery::TargetPolicy>(std::move(*policy));
   http_client_ = std::make_unique<delivery::HttpClient>(
-      [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
+      [this](std::function<void()> f) { asio::post(io_, std::move(f)); }, 1024, *target_policy_);
   dispatcher_ = std::make_unique<delivery::Dispatcher>(
       io_, *engine_, *http_client_, clock_,
       delivery::DispatcherOptions{.max_in_flight = config_.max_deliveries,
@@ -129,6 +132,7 @@ Status Server::Start() {
     ao.token = config_.api_token;
     ao.max_batch = config_.max_batch;
     ao.limits.max_body_bytes = config_.max_job_size;
+    ao.limits.targets = target_policy_.get();
     ao.version = kVersion;
     api_ = std::make_unique<http::Api>(io_, *engine_, clock_, dispatcher_.get(), nullptr,
                                        std::move(ao), timers_.get());

@@ -55,6 +55,7 @@ class Server {
   beanstalk::ServerCounters counters_;
   beanstalk::ProcessInfo process_;
   std::unique_ptr<beanstalk::Listener> listener_;
+  std::unique_ptr<delivery::TargetPolicy> target_policy_;  // read by http_client_ and api_
   std::unique_ptr<delivery::HttpClient> http_client_;
   std::unique_ptr<delivery::Dispatcher> dispatcher_;
   std::unique_ptr<timer::TimerService> timers_;

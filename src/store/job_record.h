@@ -37,6 +37,10 @@ struct JobRecord {
   int64_t ttr_ms = 0;      // time to run of each reservation
   int64_t created_ms = 0;  // wall ms since the epoch of the put
   int64_t done_ms = 0;     // wall ms when a done job finished
+  // Wall ms the job was asked to run at (put, submission or patch), before a
+  // time already past became "now": a timer job's fire time. 0: not known (a
+  // row from before 0.2).
+  int64_t run_at_ms = 0;
   JobCounters counters;
   std::string key;          // business key, unique per tube; empty: none
   std::string spec;         // engine::JobSpec in its stored form; empty: a plain job

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "engine/timer_key.h"
+
 namespace delayd::timer {
 
 using store::Mutation;
@@ -12,11 +14,11 @@ using store::TimerRecord;
 
 namespace {
 
-Status NameTaken() { return Status::InvalidField("name", "is taken by another timer"); }
+// A name held by another timer: a conflict with the state of the server
+// (409), not a malformed request.
+Status NameTaken() { return Status::ConflictField("name", "is taken by another timer"); }
 
-std::string FireKey(uint64_t id, int64_t fire_ms) {
-  return "timer:" + std::to_string(id) + ":" + std::to_string(fire_ms);
-}
+std::string FireKey(uint64_t id, int64_t fire_ms) { return engine::TimerFireKey(id, fire_ms); }
 
 }  // namespace
 
@@ -38,7 +40,7 @@ Status TimerService::Start() {
 Result<std::shared_ptr<const TimerService::Compiled>> TimerService::Compile(const TimerSpec& spec) {
   Result<cron::Schedule> schedule = cron::Schedule::Parse(spec.schedule);
   if (!schedule.ok()) return schedule.status();
-  Result<const date::time_zone*> zone = cron::FindZone(spec.timezone);
+  Result<cron::Zone> zone = cron::FindZone(spec.timezone);
   if (!zone.ok()) return zone.status();
   auto c = std::make_shared<Compiled>();
   c->spec = spec;
@@ -202,7 +204,6 @@ void TimerService::Fire(Loaded& t, int64_t now) {
   const int64_t missed_before = now - options_.misfire_grace_ms;
   std::vector<int64_t> fire_times;
   std::vector<TimerFire> records;
-  bool due_now = false;
   int64_t next = 0;
   if (first < missed_before) {
     // Missed while down or paused: the misfire policy decides.
@@ -221,7 +222,6 @@ void TimerService::Fire(Loaded& t, int64_t now) {
         }
         break;
     }
-    due_now = true;
     next = NextFire(c, missed_before - 1, t.record.created_ms);
   } else {
     fire_times.push_back(first);
@@ -245,7 +245,9 @@ void TimerService::Fire(Loaded& t, int64_t now) {
   for (int64_t f : fire_times) {
     engine::NewJob j = spec.job;
     j.key = FireKey(id, f);
-    j.run_at_ms = due_now ? now : f;
+    // The fire time as the job's requested time: the engine makes a late
+    // (catch-up) fire due now, and the job still says which fire it was.
+    j.run_at_ms = f;
     jobs.push_back(std::move(j));
   }
   auto fired_job = std::make_shared<uint64_t>(0);
@@ -340,6 +342,9 @@ void TimerService::Replace(uint64_t id, std::string name, TimerSpec spec, InfoDo
   auto row = store_.GetTimer(id);
   if (!row.ok()) return done(row.status());
   if (!row->has_value()) return done(Status::NotFound("no such timer"));
+  auto taken = store_.GetTimerByName(name);
+  if (!taken.ok()) return done(taken.status());
+  if (taken->has_value() && (*taken)->id != id) return done(NameTaken());
   TimerRecord r = **row;
   r.name = std::move(name);
   r.definition = EncodeTimerSpec(spec);

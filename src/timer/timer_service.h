@@ -91,7 +91,7 @@ class TimerService {
   struct Compiled {
     TimerSpec spec;
     cron::Schedule schedule;
-    const date::time_zone* zone = nullptr;
+    cron::Zone zone;
   };
   struct Loaded {
     store::TimerRecord record;

@@ -4,6 +4,7 @@
 
 #include "common/base64.h"
 #include "common/json_dump.h"
+#include "common/json_text.h"
 #include "engine/spec_json.h"
 
 namespace delayd::timer {
@@ -42,8 +43,9 @@ std::string EncodeTimerSpec(const TimerSpec& s) {
 }
 
 Result<TimerSpec> DecodeTimerSpec(const std::string& text) {
-  json j = json::parse(text, nullptr, false);
-  if (!j.is_object()) return Status::Internal("unreadable timer definition");
+  Result<json> parsed = ParseJson(text, "definition");
+  if (!parsed.ok() || !parsed->is_object()) return Status::Internal("unreadable timer definition");
+  const json& j = *parsed;
   TimerSpec s;
   try {
     s.topic = j.at("topic").get<std::string>();

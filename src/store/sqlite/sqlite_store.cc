@@ -50,8 +50,9 @@ CREATE TABLE IF NOT EXISTS meta (
 // Columns added after the first release (0.1.0); a database from then gets
 // them on open. NULL stands for "none", so plain jobs cost no bytes for them.
 constexpr const char* kAddedColumns[][2] = {
-    {"jobs", "key TEXT"},        {"jobs", "spec TEXT"},       {"jobs", "attempt_log TEXT"},
-    {"jobs", "last_error TEXT"}, {"jobs", "done_ms INTEGER"}, {"tubes", "settings TEXT"},
+    {"jobs", "key TEXT"},          {"jobs", "spec TEXT"},       {"jobs", "attempt_log TEXT"},
+    {"jobs", "last_error TEXT"},   {"jobs", "done_ms INTEGER"}, {"tubes", "settings TEXT"},
+    {"jobs", "run_at_ms INTEGER"},
 };
 
 // Indexes over the added columns. Done jobs are purged in finish order, so
@@ -88,7 +89,7 @@ constexpr const char* kTimerColumns =
 
 constexpr const char* kJobColumns =
     "id, tube, pri, state, due_ms, delay_ms, ttr_ms, created_ms, reserves, timeouts, releases, "
-    "buries, kicks, body, key, spec, attempt_log, last_error, done_ms";
+    "buries, kicks, body, key, spec, attempt_log, last_error, done_ms, run_at_ms";
 
 // Done jobs removed per purge statement, so a purge never holds the writer long.
 constexpr int64_t kPurgeChunk = 20'000;
@@ -234,6 +235,7 @@ JobRecord ReadJob(sqlite3_stmt* s) {
   j.attempt_log = ColumnText(s, 16);
   j.last_error = ColumnText(s, 17);
   j.done_ms = sqlite3_column_int64(s, 18);
+  j.run_at_ms = sqlite3_column_int64(s, 19);
   return j;
 }
 
@@ -299,13 +301,13 @@ class SqliteStore::Statements {
         db,
         "INSERT INTO jobs (id, tube, pri, state, due_ms, due_min, delay_ms, ttr_ms, reserves, "
         "timeouts, releases, buries, kicks, attempt_log, last_error, done_ms, created_ms, "
-        "key, spec, body) VALUES (?1,?16,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
-        "?17,?18,?19,?20)");
+        "key, spec, body, run_at_ms) VALUES (?1,?16,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
+        "?15,?17,?18,?19,?20,?21)");
     if (s.ok())
       s = update.Prepare(db, std::string("UPDATE jobs SET ") + kUpdateSet + " WHERE id=?1");
     if (s.ok())
       s = replace.Prepare(db, std::string("UPDATE jobs SET ") + kUpdateSet +
-                                  ", key=?18, spec=?19, body=?20 WHERE id=?1");
+                                  ", key=?18, spec=?19, body=?20, run_at_ms=?21 WHERE id=?1");
     if (s.ok()) s = remove.Prepare(db, "DELETE FROM jobs WHERE id=?");
     if (s.ok())
       s = pause.Prepare(db,
@@ -540,7 +542,10 @@ void SqliteStore::WriterLoop() {
       }
     }
     Status s = ApplyBatch(batch);
-    if (!s.ok()) spdlog::error("store: batch of {} failed: {}", batch.size(), s.ToString());
+    // A conflict (a taken key or name) is the client's, answered as such.
+    if (!s.ok() && s.code() != StatusCode::kConflict) {
+      spdlog::error("store: batch of {} failed: {}", batch.size(), s.ToString());
+    }
     {
       std::lock_guard lock(mu_);
       ++stats_.batches;
@@ -566,6 +571,7 @@ Status SqliteStore::Apply(const Mutation& m, uint64_t* max_id) {
       q.BindOptional(18, j.key);
       q.BindOptional(19, j.spec);
       q.BindBlob(20, j.body);
+      q.Bind(21, j.run_at_ms);
       *max_id = std::max(*max_id, j.id);
       return q.Run(m.kind == Mutation::Kind::kInsert ? "insert job" : "replace job");
     }

@@ -1,0 +1,144 @@
+#include "common/json_text.h"
+
+namespace delayd {
+namespace {
+
+using nlohmann::json;
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+size_t SkipSpace(std::string_view t, size_t i) {
+  while (i < t.size() && IsSpace(t[i])) ++i;
+  return i;
+}
+
+// `i` at an opening quote: the index of the closing one (or t.size()).
+size_t StringEnd(std::string_view t, size_t i) {
+  for (++i; i < t.size() && t[i] != '"'; ++i) {
+    if (t[i] == '\\') ++i;
+  }
+  return std::min(i, t.size());
+}
+
+// `i` at the first byte of a value: the index just past it.
+size_t ValueEnd(std::string_view t, size_t i) {
+  if (i >= t.size()) return i;
+  if (t[i] == '"') return StringEnd(t, i) + 1;
+  if (t[i] == '{' || t[i] == '[') {
+    int depth = 0;
+    for (; i < t.size(); ++i) {
+      const char c = t[i];
+      if (c == '"') {
+        i = StringEnd(t, i);
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if ((c == '}' || c == ']') && --depth == 0) {
+        return i + 1;
+      }
+    }
+    return i;
+  }
+  while (i < t.size() && !IsSpace(t[i]) && t[i] != ',' && t[i] != '}' && t[i] != ']') ++i;
+  return i;
+}
+
+// The text of a key as it reads (escapes decoded).
+std::string KeyText(std::string_view raw) {
+  if (raw.find('\\') == raw.npos) return std::string(raw);
+  json k = json::parse("\"" + std::string(raw) + "\"", nullptr, false);
+  return k.is_string() ? k.get<std::string>() : std::string(raw);
+}
+
+// Calls fn(raw key or "", value text) for each child of the container that
+// `t` holds; nothing when `t` is not an `open` container.
+template <typename Fn>
+void ForEachChild(std::string_view t, char open, Fn fn) {
+  size_t i = SkipSpace(t, 0);
+  if (i >= t.size() || t[i] != open) return;
+  for (i = SkipSpace(t, i + 1); i < t.size() && t[i] != '}' && t[i] != ']';) {
+    std::string_view key;
+    if (open == '{') {
+      const size_t end = StringEnd(t, i);
+      key = t.substr(i + 1, end - i - 1);
+      i = SkipSpace(t, SkipSpace(t, end + 1) + 1);  // past the ':'
+    }
+    const size_t end = ValueEnd(t, i);
+    fn(key, t.substr(i, end - i));
+    i = SkipSpace(t, end);
+    if (i < t.size() && t[i] == ',') i = SkipSpace(t, i + 1);
+  }
+}
+
+// One open container while checking depth: where we are in it, for the path
+// of an error.
+struct Frame {
+  bool object;
+  bool expect_key;
+  size_t index;
+  std::string_view key;
+};
+
+// The field an error names for a value nested too deep: the keys from the top
+// (and the index of a top-level array), at most three of them.
+std::string DeepPath(const std::vector<Frame>& frames, const std::string& field) {
+  std::string path;
+  for (size_t k = 0; k < frames.size() && k < 3; ++k) {
+    const Frame& f = frames[k];
+    if (f.object) {
+      path += (path.empty() ? "" : ".") + KeyText(f.key);
+    } else if (k == 0) {
+      path += "[" + std::to_string(f.index) + "]";
+    } else {
+      break;
+    }
+  }
+  return path.empty() ? field : path;
+}
+
+}  // namespace
+
+Result<json> ParseJson(std::string_view text, const std::string& field) {
+  std::vector<Frame> frames;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      const size_t end = StringEnd(text, i);
+      if (!frames.empty() && frames.back().expect_key) {
+        frames.back().key = text.substr(i + 1, end - i - 1);
+        frames.back().expect_key = false;
+      }
+      i = end;
+    } else if (c == '{' || c == '[') {
+      if (frames.size() >= static_cast<size_t>(kMaxJsonDepth)) {
+        return Status::InvalidField(
+            DeepPath(frames, field),
+            "nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      }
+      frames.push_back({c == '{', c == '{', 0, {}});
+    } else if ((c == '}' || c == ']') && !frames.empty()) {
+      frames.pop_back();
+    } else if (c == ',' && !frames.empty()) {
+      Frame& f = frames.back();
+      f.object ? void(f.expect_key = true) : void(++f.index);
+    }
+  }
+  json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded()) return Status::InvalidField(field, "is not valid JSON");
+  return j;
+}
+
+std::optional<std::string_view> JsonMemberText(std::string_view text, std::string_view key) {
+  std::optional<std::string_view> found;
+  ForEachChild(text, '{', [&](std::string_view k, std::string_view value) {
+    if (k.find('\\') == k.npos ? k == key : KeyText(k) == key) found = value;
+  });
+  return found;
+}
+
+std::vector<std::string_view> JsonElementTexts(std::string_view text) {
+  std::vector<std::string_view> out;
+  ForEachChild(text, '[', [&](std::string_view, std::string_view value) { out.push_back(value); });
+  return out;
+}
+
+}  // namespace delayd
