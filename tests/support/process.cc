@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -95,9 +97,42 @@ std::string AsanOptions(const std::string& extra) {
 
 std::string AsanSmallQuarantine() { return AsanOptions("quarantine_size_mb=8"); }
 
+namespace {
+
+// The directories MakeTempDir made, removed with the servers' logs beside
+// them when the test process ends (every server is stopped by then), unless
+// DELAYD_KEEP_TEST_DIRS is set for a look at them.
+class TempDirs {
+ public:
+  ~TempDirs() {
+    if (std::getenv("DELAYD_KEEP_TEST_DIRS") != nullptr) return;
+    std::error_code ec;
+    for (const std::string& d : dirs_) {
+      std::filesystem::remove_all(d, ec);
+      std::filesystem::remove(d + ".log", ec);
+    }
+  }
+  void Add(const std::string& dir) {
+    std::lock_guard lock(mu_);
+    dirs_.push_back(dir);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> dirs_;
+};
+
+TempDirs& Made() {
+  static TempDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 std::string MakeTempDir(const std::string& prefix) {
   std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  Made().Add(tmpl);
   return tmpl;
 }
 

@@ -46,7 +46,8 @@ std::string AsanOptions(const std::string& extra);
 // memory is held in a quarantine (256 MiB by default) that counts as resident.
 std::string AsanSmallQuarantine();
 
-// A fresh empty directory under the system temp dir.
+// A fresh empty directory under the system temp dir, removed (with
+// "<dir>.log") when the test process exits; DELAYD_KEEP_TEST_DIRS=1 keeps it.
 std::string MakeTempDir(const std::string& prefix);
 
 // delayd started on ephemeral ports with its own data dir.
