@@ -113,7 +113,13 @@ TEST_F(ContractTest, APushedBodyAndATimerFireCarryTheSubmittedBytes) {
         return job && timer;
       },
       10s));
-  for (const Received& r : target.received()) EXPECT_EQ(r.body, kBody) << r.path;
+  for (const Received& r : target.received()) {
+    EXPECT_EQ(r.body, kBody) << r.path;
+    // Only the documented Delayd-* headers, nothing internal.
+    for (const auto& [name, value] : r.headers) {
+      EXPECT_NE(name.rfind("x-", 0), 0u) << name << ": " << value;
+    }
+  }
 }
 
 TEST_F(ContractTest, ALateJobKeepsTheTimeItWasAskedForBesideWhenItBecameReady) {

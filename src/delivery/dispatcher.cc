@@ -171,8 +171,6 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
     req.headers.push_back("Delayd-Timer-Id: " + std::to_string(fire->timer_id));
     req.headers.push_back("Delayd-Fire-At: " + FormatRfc3339Ms(fire->fire_ms));
   }
-  req.headers.push_back("X-Sent-Us: " + std::to_string(clock_.WallMicros()));
-  req.headers.push_back("X-Created-Ms: " + std::to_string(lease.created_ms));
   if (req.method != "GET") req.body = *lease.body;
   if (settings != nullptr && !settings->signing_secret.empty()) {
     req.headers.push_back("Delayd-Signature: " + Signature(settings->signing_secret,
