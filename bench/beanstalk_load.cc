@@ -6,6 +6,7 @@
 //                           [--delay-min S] [--delay-max S]
 //   beanstalk_load drain    --port P [--conns 4] [--jobs N] [--pipeline 100]
 //   beanstalk_load lateness --port P [--jobs 100000] [--spread 10] [--consumers 4] [--pid PID]
+//                           [--serial 1]
 //   beanstalk_load rss      --pid PID
 //   beanstalk_load freeport
 //   beanstalk_load wait     --port P [--timeout-s 10]
@@ -239,14 +240,17 @@ int Drain(const std::map<std::string, std::string>& f) {
 
 // Puts `jobs` jobs with delays of 1..spread seconds (each body names its due
 // time in wall-clock us), while consumers keep reserves pending; lateness is
-// the time a job is handed out minus its due time.
+// the time a job is handed out minus its due time. With --serial 1 each
+// consumer works as most beanstalk clients do: reserve, then delete, one
+// command at a time, so every delete's reply is on the path of the next job.
 int Lateness(const std::map<std::string, std::string>& f) {
   const int port = static_cast<int>(Get(f, "port", 11300));
   const int64_t jobs = Get(f, "jobs", 100'000);
   const int spread = static_cast<int>(Get(f, "spread", 10));
   const int consumers = static_cast<int>(Get(f, "consumers", 4));
   const int64_t pid = Get(f, "pid", 0);
-  constexpr int kInFlight = 16;  // reserves kept pending per consumer
+  const bool serial = Get(f, "serial", 0) != 0;
+  const int in_flight = serial ? 1 : 16;  // reserves kept pending per consumer
 
   std::mutex mu;
   std::vector<double> late_ms;
@@ -262,7 +266,7 @@ int Lateness(const std::map<std::string, std::string>& f) {
       try {
         Conn conn(port);
         std::string many;
-        for (int i = 0; i < kInFlight; ++i) many += "reserve-with-timeout 30\r\n";
+        for (int i = 0; i < in_flight; ++i) many += "reserve-with-timeout 30\r\n";
         conn.Send(many);
         std::vector<double> local;
         while (received < jobs) {
@@ -274,6 +278,10 @@ int Lateness(const std::map<std::string, std::string>& f) {
           local.push_back(static_cast<double>(now - std::stoll(body)) / 1000.0);
           if (std::getenv("LATENESS_DEBUG") && local.back() > 50) {
             std::fprintf(stderr, "late %.1f ms: %s\n", local.back(), r.c_str());
+          }
+          if (serial) {
+            conn.Send("delete " + r.substr(9, r.find(' ', 9) - 9) + "\r\n");
+            if (conn.Reply() != "DELETED") break;
           }
           if (received >= jobs) break;
           conn.Send("reserve-with-timeout 30\r\n");
