@@ -77,9 +77,12 @@ int Close(sqlite3_file* f) {
 
 int Read(sqlite3_file* f, void* buf, int n, sqlite3_int64 off) {
   File* p = reinterpret_cast<File*>(f);
+  // The real read and the overlay of pending writes are one step: a sync on
+  // another handle (another thread) moves pending writes into the file and
+  // forgets them, and between the two a read would see neither.
+  std::lock_guard lock(g_mu);
   int rc = p->real->pMethods->xRead(p->real, buf, n, off);
   if (rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ) return rc;
-  std::lock_guard lock(g_mu);
   sqlite3_int64 end_read = off;  // how far real or pending data reaches
   if (rc == SQLITE_OK) end_read = off + n;
   if (rc == SQLITE_IOERR_SHORT_READ) {
@@ -144,9 +147,9 @@ int Sync(sqlite3_file* f, int flags) {
 
 int FileSize(sqlite3_file* f, sqlite3_int64* size) {
   File* p = reinterpret_cast<File*>(f);
+  std::lock_guard lock(g_mu);  // as in Read: the file and its pending writes at once
   int rc = p->real->pMethods->xFileSize(p->real, size);
   if (rc != SQLITE_OK) return rc;
-  std::lock_guard lock(g_mu);
   for (const Write& w : *p->pending) {
     if (!w.data.empty()) *size = std::max<sqlite3_int64>(*size, w.offset + w.data.size());
   }
