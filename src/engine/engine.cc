@@ -437,16 +437,19 @@ void Engine::Cancel(Job* j, Done done) {
   Write(j, Mutation::Delete(j->id), std::move(done));
 }
 
+// Finishing, releasing and burying a held job are acknowledged once written
+// (store::Durability::kWritten): lost to a power cut, each could only bring
+// the job back to be delivered again, which at-least-once allows.
 void Engine::Finish(Job* j, Done done) {
   j->state = JobState::kDeleting;
   if (!j->extra) {
-    Write(j, Mutation::Delete(j->id), std::move(done));
+    Write(j, Mutation::Delete(j->id).Written(), std::move(done));
     return;
   }
   JobRecord r = Record(*j);
   r.state = StoredState::kDone;
   r.done_ms = clock_.WallMillis();
-  Write(j, Mutation::Update(std::move(r)), std::move(done));
+  Write(j, Mutation::Update(std::move(r)).Written(), std::move(done));
 }
 
 void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms, Done done) {
@@ -462,7 +465,7 @@ void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms
   } else {
     MakeReady(j);
   }
-  Write(j, Mutation::Update(Record(*j)), std::move(done));
+  Write(j, Mutation::Update(Record(*j)).Written(), std::move(done));
 }
 
 void Engine::Bury(Client* c, uint64_t id, uint32_t priority, Done done) {
@@ -472,7 +475,7 @@ void Engine::Bury(Client* c, uint64_t id, uint32_t priority, Done done) {
   j->priority = priority;
   ++j->counters.buries;
   MakeBuried(j);
-  Write(j, Mutation::Update(Record(*j)), std::move(done));
+  Write(j, Mutation::Update(Record(*j)).Written(), std::move(done));
 }
 
 Status Engine::Touch(Client* c, uint64_t id) {

@@ -449,7 +449,8 @@ void Engine::ResumeTube(const std::string& name, Done done) {
 }
 
 void Engine::PurgeDone() {
-  store_.Submit(Mutation::PurgeDone(clock_.WallMillis() - options_.done_retention_ms),
+  // Lost to a power cut, a purge only leaves records for the next one.
+  store_.Submit(Mutation::PurgeDone(clock_.WallMillis() - options_.done_retention_ms).Written(),
                 [](const Status& s) {
                   if (!s.ok()) spdlog::warn("purging done jobs: {}", s.ToString());
                 });

@@ -104,7 +104,8 @@ void Engine::PushDone(uint64_t id, uint32_t attempt, const Attempt& a, bool succ
       MakeReady(j);
     }
   }
-  Write(j, Mutation::Update(Record(*j)), std::move(done));
+  // Like a release or bury over beanstalk: lost, it brings back a delivery.
+  Write(j, Mutation::Update(Record(*j)).Written(), std::move(done));
 }
 
 std::vector<std::string> Engine::PushReadyTopics() const {

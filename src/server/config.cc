@@ -10,6 +10,9 @@
 namespace delayd::server {
 
 namespace {
+// A sync delay longer than this would put more than a second of finished work
+// at the mercy of a power cut.
+constexpr int64_t kMaxSyncDelayMs = 1000;
 const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warn", "error", "off"};
 bool ValidLogLevel(const std::string& l) {
   return std::find(kLogLevels.begin(), kLogLevels.end(), l) != kLogLevels.end();
@@ -38,7 +41,8 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "topic-concurrency",
                                                "timer-misfire-grace-ms",
                                                "target-allow",
-                                               "target-deny"};
+                                               "target-deny",
+                                               "sync-delay-ms"};
   for (auto& [key, value] : t) {
     if (!kKnown.count(std::string(key.str()))) {
       return Status::InvalidArgument(path + ": unknown key '" + std::string(key.str()) + "'");
@@ -82,6 +86,11 @@ Status LoadToml(const std::string& path, Config& config) {
   if (Status s = integer("topic-concurrency", config.topic_concurrency, 1); !s.ok()) return s;
   if (Status s = integer("timer-misfire-grace-ms", config.timer_misfire_grace_ms, 0); !s.ok()) {
     return s;
+  }
+  if (Status s = integer("sync-delay-ms", config.sync_delay_ms, 0); !s.ok()) return s;
+  if (config.sync_delay_ms > kMaxSyncDelayMs) {
+    return type_error("sync-delay-ms",
+                      ("an integer from 0 to " + std::to_string(kMaxSyncDelayMs)).c_str());
   }
   for (auto [key, out] : {std::pair{"http", &config.http}, {"api-token", &config.api_token}}) {
     if (auto n = t[key]; n) {
@@ -172,6 +181,12 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "A timer fire later than this (after downtime or a pause) counts as missed and "
                  "follows the timer's misfire policy (default 60000)")
       ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_option("--sync-delay-ms", c.sync_delay_ms,
+                 "A delete, release or bury of a reserved job is answered once written to the "
+                 "operating system and synced to disk within this many ms; a power cut can "
+                 "bring back the last ones (at-least-once). 0 syncs every change before its "
+                 "reply (default 10)")
+      ->check(CLI::Range(int64_t{0}, kMaxSyncDelayMs));
   app.add_option("--target-allow", c.target_allow,
                  "Push targets and alert webhooks may only reach what matches one of these "
                  "rules; repeatable (default: anything not denied). A rule is HOST[:PORT]: *, "
@@ -194,9 +209,12 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("-b", binlog_dir, "beanstalkd: binlog directory, taken as --data-dir")
       ->group(compat);
   app.add_flag("-V", verbose, "beanstalkd: more verbose logging")->group(compat);
-  app.add_option("-f", fsync_ms, "beanstalkd: fsync interval; ignored, delayd syncs every batch")
+  app.add_option("-f", fsync_ms,
+                 "beanstalkd: fsync interval; ignored, delayd syncs puts before their reply "
+                 "(see --sync-delay-ms)")
       ->group(compat);
-  app.add_flag("-F", never_fsync, "beanstalkd: never fsync; ignored, delayd syncs every batch")
+  app.add_flag("-F", never_fsync,
+               "beanstalkd: never fsync; ignored, delayd syncs puts before their reply")
       ->group(compat);
   app.add_option("-s", binlog_size, "beanstalkd: binlog file size; ignored")->group(compat);
 
@@ -232,6 +250,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--topic-concurrency")) c.topic_concurrency = file.topic_concurrency;
     if (!given("--target-allow")) c.target_allow = file.target_allow;
     if (!given("--target-deny")) c.target_deny = file.target_deny;
+    if (!given("--sync-delay-ms")) c.sync_delay_ms = file.sync_delay_ms;
     if (!given("--timer-misfire-grace-ms")) {
       c.timer_misfire_grace_ms = file.timer_misfire_grace_ms;
     }

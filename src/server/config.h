@@ -27,6 +27,9 @@ struct Config {
   uint64_t max_deliveries = 4096;           // push deliveries in flight at once
   uint64_t topic_concurrency = 128;         // ... for one topic without its own max_concurrency
   int64_t timer_misfire_grace_ms = 60'000;  // a timer fire later than this is missed
+  // How long a finish, release or bury may wait for its disk sync after its
+  // reply (store::Durability::kWritten); 0: every change is synced first.
+  int64_t sync_delay_ms = 10;
   // Push targets and alert webhooks: rules of delivery/target_policy.h.
   std::vector<std::string> target_allow;
   std::vector<std::string> target_deny;

@@ -62,6 +62,14 @@ TEST(ConfigTest, UnknownFlagFails) {
   EXPECT_NE(a.exit_code, 0);
 }
 
+TEST(ConfigTest, SyncDelayIsBounded) {
+  EXPECT_EQ(Parse({}).config.sync_delay_ms, 10);
+  EXPECT_EQ(Parse({"--sync-delay-ms", "0"}).config.sync_delay_ms, 0) << "the strict policy";
+  EXPECT_EQ(Parse({"--sync-delay-ms", "1000"}).config.sync_delay_ms, 1000);
+  EXPECT_TRUE(Parse({"--sync-delay-ms", "1001"}).exit);
+  EXPECT_TRUE(Parse({"--sync-delay-ms", "-1"}).exit);
+}
+
 class TomlTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& text) {
@@ -113,6 +121,9 @@ TEST_F(TomlTest, WrongTypeIsAnError) {
   EXPECT_FALSE(LoadToml(Write("max-job-size = -5\n"), c).ok());
   EXPECT_FALSE(LoadToml(Write("this is not toml"), c).ok());
   EXPECT_FALSE(LoadToml(Write("log-level = \"loud\"\n"), c).ok());
+  EXPECT_FALSE(LoadToml(Write("sync-delay-ms = 5000\n"), c).ok());
+  EXPECT_TRUE(LoadToml(Write("sync-delay-ms = 0\n"), c).ok());
+  EXPECT_EQ(c.sync_delay_ms, 0);
   EXPECT_EQ(c.max_job_size, 65535u) << "a failed load changes nothing it did not reach";
 }
 

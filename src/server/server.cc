@@ -74,7 +74,8 @@ Status Server::Start() {
   if (fs_ec) return Status::IoError("create " + config_.data_dir + ": " + fs_ec.message());
 
   auto store = store::SqliteStore::Open(
-      {.path = (std::filesystem::path(config_.data_dir) / "delayd.db").string()},
+      {.path = (std::filesystem::path(config_.data_dir) / "delayd.db").string(),
+       .sync_delay_ms = config_.sync_delay_ms},
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
   if (!store.ok()) return store.status();
   store_ = std::move(store).value();

@@ -3,10 +3,13 @@
 // can stand behind the same engine.
 //
 // Writes are asynchronous and grouped: Submit() queues a mutation and returns
-// at once; the store applies queued mutations in submission order, in batches,
-// one sync per batch, and then runs the `done` callbacks of the whole batch
+// at once; the store applies queued mutations in submission order, in batches
+// (one transaction, at most one sync each), and runs their `done` callbacks
 // through the completion executor given at construction. A done callback with
-// an OK status means the mutation is durable.
+// an OK status means the mutation is committed, and as durable as its
+// Durability asks: synced to disk, or written to the operating system and
+// synced within the store's sync delay. A sync covers everything committed
+// before it, so a power cut loses a suffix of the commits, never a hole.
 //
 // Reads are synchronous and see every mutation whose done callback has run
 // (and possibly later ones already committed).
@@ -16,6 +19,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -23,6 +27,19 @@
 #include "store/timer_record.h"
 
 namespace delayd::store {
+
+// When a mutation's done callback may report success.
+enum class Durability : uint8_t {
+  // Synced to disk: survives a power cut. Anything whose loss would lose a
+  // job, a key or a timer fire.
+  kSynced,
+  // Written to the operating system: survives a crash of delayd (kill -9) at
+  // once, and a power cut once synced, within the store's sync delay. Only
+  // for changes whose loss can at most bring a job back to be delivered again
+  // (finish, release, bury of a reserved job) or a record back to be removed
+  // again (the purge of done jobs).
+  kWritten,
+};
 
 struct Mutation {
   enum class Kind : uint8_t {
@@ -39,6 +56,7 @@ struct Mutation {
                     // fails if one of those fire times was recorded before
   };
   Kind kind = Kind::kInsert;
+  Durability durability = Durability::kSynced;
   JobRecord job;                 // kInsert, kUpdate, kReplace
   uint64_t id = 0;               // kDelete
   std::string tube;              // kPauseTube, kTopicSettings
@@ -49,6 +67,11 @@ struct Mutation {
   TimerRecord timer;             // kTimerPut; kTimerAdvance: id, next_fire_ms, last_fire_ms
   std::vector<TimerFire> fires;  // kTimerAdvance
 
+  // This mutation, acknowledged once written rather than once synced.
+  Mutation Written() && {
+    durability = Durability::kWritten;
+    return std::move(*this);
+  }
   static Mutation Insert(JobRecord j) { return Of(Kind::kInsert, std::move(j)); }
   static Mutation Update(JobRecord j) { return Of(Kind::kUpdate, std::move(j)); }
   static Mutation Replace(JobRecord j) { return Of(Kind::kReplace, std::move(j)); }
@@ -150,6 +173,7 @@ struct ListQuery {
 struct StoreStats {
   uint64_t batches = 0;
   uint64_t mutations = 0;
+  uint64_t syncs = 0;  // disk syncs of committed batches
 };
 
 class Store {

@@ -1,22 +1,33 @@
-// SqliteStore: the embedded Store. One file `delayd.db` in the data dir, WAL
-// mode with synchronous=FULL, so a commit is on disk when it returns.
+// SqliteStore: the embedded Store. One file `delayd.db` in the data dir, in
+// WAL mode.
 //
 // Threads: one writer thread owns the write connection and applies queued
-// mutations in batches (group commit: one transaction, one sync per batch).
-// Reads use a second connection and must come from one thread (the engine's).
+// mutations in batches (group commit: one transaction per batch). Reads use a
+// second connection and must come from one thread (the engine's).
+//
+// Syncs: the writer commits with synchronous=NORMAL (the commit reaches the
+// operating system, not the disk) and goes on with the next batch; a syncer
+// thread syncs the write-ahead log: at once when a commit holds a kSynced
+// mutation, whose callback waits for it, and otherwise at most
+// `sync_delay_ms` after the first commit not yet synced. The callbacks of
+// kWritten mutations run right after their commit. A sync covers the whole
+// log, so a power cut loses only commits after the last sync.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "store/store.h"
 
 struct sqlite3;
+struct sqlite3_file;
 
 namespace delayd::store {
 
@@ -26,6 +37,9 @@ struct SqliteOptions {
   int write_cache_kib = 32768;  // page cache of the write connection
   int read_cache_kib = 8192;    // page cache of the read connection
   int writer_nice = 5;          // CPU priority of the writer thread, relative to the process
+  // The longest a commit of only kWritten mutations waits for its sync; 0
+  // syncs every batch before any of its callbacks (every mutation kSynced).
+  int64_t sync_delay_ms = 10;
 };
 
 class SqliteStore final : public Store {
@@ -73,6 +87,12 @@ class SqliteStore final : public Store {
   Status ApplyBatch(std::deque<Pending>& batch);
   Status ApplyOne(Pending& p, uint64_t* max_id);
   Status Apply(const Mutation& m, uint64_t* max_id);
+  void SyncerLoop();
+  // Syncs the write-ahead log to disk: every commit so far is durable.
+  Status SyncLog();
+  void CloseLogFile();
+  // Runs the callbacks of `batch` on the completion executor.
+  void Complete(std::deque<Pending> batch, const Status& s);
   Status AddMissingColumns();
 
   SqliteOptions options_;
@@ -89,6 +109,24 @@ class SqliteStore final : public Store {
   StoreStats stats_;            // guarded by mu_
   uint64_t next_id_floor_ = 0;  // writer thread: highest id committed + 1
   std::thread writer_;
+
+  // Between the writer and the syncer. Commits are numbered from 1.
+  struct Awaiting {
+    uint64_t batch;                       // the commit they are in
+    std::deque<Pending> submissions;      // answered once it is synced
+  };
+  std::mutex sync_mu_;
+  std::condition_variable sync_cv_;
+  uint64_t committed_ = 0;                // guarded by sync_mu_
+  uint64_t synced_ = 0;                   // guarded by sync_mu_
+  std::deque<Awaiting> awaiting_;         // guarded by sync_mu_
+  // When the oldest commit not yet synced must be; set while one is owed.
+  std::optional<std::chrono::steady_clock::time_point> sync_by_;  // guarded by sync_mu_
+  bool sync_stopping_ = false;            // guarded by sync_mu_
+  std::string log_path_;                  // the write-ahead log
+  std::string log_name_;                  // the same, as a VFS name; outlives log_file_
+  std::unique_ptr<sqlite3_file, void (*)(sqlite3_file*)> log_file_{nullptr, nullptr};  // syncer
+  std::thread syncer_;
 };
 
 }  // namespace delayd::store

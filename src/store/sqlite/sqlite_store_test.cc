@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "store/testing/test_dir.h"
@@ -54,9 +55,11 @@ class SqliteStoreTest : public ::testing::Test {
     store_.reset();
     std::filesystem::remove_all(dir_);
   }
-  void Reopen() {
+  void Reopen(int64_t sync_delay_ms = SqliteOptions().sync_delay_ms) {
     store_.reset();
-    auto r = SqliteStore::Open({.path = (dir_ / "delayd.db").string()}, inbox_.executor());
+    auto r = SqliteStore::Open(
+        {.path = (dir_ / "delayd.db").string(), .sync_delay_ms = sync_delay_ms},
+        inbox_.executor());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     store_ = std::move(r).value();
   }
@@ -72,6 +75,13 @@ class SqliteStoreTest : public ::testing::Test {
     }
     inbox_.RunUntil(done, static_cast<int>(out.size()));
     return out;
+  }
+  // Reopens with `sync_delay_ms`, stores job 1 (ready), and returns the
+  // syncs made so far: the later ones are the test's.
+  uint64_t OneJobWithSyncDelay(int64_t sync_delay_ms) {
+    Reopen(sync_delay_ms);
+    Apply({Mutation::Insert(Job(1, StoredState::kReady, 0))});
+    return store_->stats().syncs;
   }
   static JobRecord Job(uint64_t id, StoredState state, int64_t due_ms, std::string tube = "t") {
     JobRecord j;
@@ -302,6 +312,72 @@ TEST_F(SqliteStoreTest, TimerFiresKeepTheLatestHundred) {
   ASSERT_EQ(fires->size(), static_cast<size_t>(kTimerFiresKept));
   EXPECT_EQ(fires->front().fire_ms, 130'000);
   EXPECT_EQ(fires->back().fire_ms, 31'000);
+}
+
+TEST_F(SqliteStoreTest, AWrittenChangeIsAnsweredAtOnceAndSyncedWhenItsDelayRunsOut) {
+  const uint64_t synced = OneJobWithSyncDelay(1000);
+  EXPECT_GE(synced, 1u) << "an insert is synced before its callback";
+
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t syncs_at_callback = ~0ull;
+  std::atomic<int> done{0};
+  store_->Submit(Mutation::Delete(1).Written(), [&](const Status& s) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    syncs_at_callback = store_->stats().syncs;
+    ++done;
+  });
+  inbox_.RunUntil(done, 1);
+  EXPECT_EQ(syncs_at_callback, synced) << "answered without waiting for a sync";
+  EXPECT_FALSE(store_->Get(1)->has_value()) << "committed: readers see it";
+
+  // Nothing else comes, so the delay alone brings the sync, and not before.
+  const auto deadline = start + std::chrono::seconds(10);
+  while (store_->stats().syncs == synced && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(store_->stats().syncs, synced + 1);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
+}
+
+TEST_F(SqliteStoreTest, ASyncedChangeSyncsTheWrittenOnesBeforeIt) {
+  const uint64_t synced = OneJobWithSyncDelay(1000);
+  std::atomic<int> done{0};
+  uint64_t syncs_at_insert = 0;
+  JobRecord released = Job(1, StoredState::kReady, 0);
+  store_->Submit(Mutation::Update(released).Written(), [&](const Status&) { ++done; });
+  store_->Submit(Mutation::Insert(Job(2, StoredState::kReady, 0)), [&](const Status& s) {
+    EXPECT_TRUE(s.ok());
+    syncs_at_insert = store_->stats().syncs;
+    ++done;
+  });
+  inbox_.RunUntil(done, 2);
+  // Whether the two shared a batch or not, the insert's sync came after the
+  // release's commit, and nothing is left to sync.
+  EXPECT_GT(syncs_at_insert, synced);
+  store_->Close();
+  EXPECT_EQ(store_->stats().syncs, syncs_at_insert) << "nothing was left unsynced";
+}
+
+TEST_F(SqliteStoreTest, ASyncDelayOfZeroSyncsEveryChangeBeforeItsCallback) {
+  const uint64_t synced = OneJobWithSyncDelay(0);
+  std::atomic<int> done{0};
+  uint64_t syncs_at_callback = 0;
+  store_->Submit(Mutation::Delete(1).Written(), [&](const Status&) {
+    syncs_at_callback = store_->stats().syncs;
+    ++done;
+  });
+  inbox_.RunUntil(done, 1);
+  EXPECT_EQ(syncs_at_callback, synced + 1);
+}
+
+TEST_F(SqliteStoreTest, CloseSyncsWhatWasOnlyWritten) {
+  const uint64_t synced = OneJobWithSyncDelay(1000);
+  std::atomic<int> done{0};
+  store_->Submit(Mutation::Delete(1).Written(), [&](const Status&) { ++done; });
+  inbox_.RunUntil(done, 1);
+  EXPECT_EQ(store_->stats().syncs, synced);
+  store_->Close();
+  EXPECT_EQ(store_->stats().syncs, synced + 1);
 }
 
 TEST_F(SqliteStoreTest, PausesSurviveReopen) {
