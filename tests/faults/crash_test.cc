@@ -53,6 +53,9 @@ struct Expect {
   bool bury_unsure = false;    // bury sent, no reply
   bool deleted = false;        // DELETED received
   bool delete_unsure = false;  // delete sent, no reply
+  // The worker's delete of the job it reserved, sent, no reply. Its own flag:
+  // a cancel of the same job, refused meanwhile, must not clear it.
+  bool finish_unsure = false;
   // When the reply to a change acknowledged before its sync (a bury, or the
   // delete of the job the client had reserved) arrived.
   std::optional<SteadyTime> written_at;
@@ -335,7 +338,7 @@ void CrashCycles(DelaydServer& server, int cycles, const char* what,
             settle(c, Number(r), "bury " + id + " 5", "BURIED\r\n", &Expect::bury_unsure,
                    &Expect::buried, buries);
           } else {
-            settle(c, Number(r), "delete " + id, "DELETED\r\n", &Expect::delete_unsure,
+            settle(c, Number(r), "delete " + id, "DELETED\r\n", &Expect::finish_unsure,
                    &Expect::deleted, deletes);
           }
         }
@@ -384,7 +387,7 @@ void CrashCycles(DelaydServer& server, int cycles, const char* what,
       }
       if (e.deleted) {
         ASSERT_FALSE(present) << "acknowledged delete came back as " << state;
-      } else if (e.delete_unsure) {
+      } else if (e.delete_unsure || e.finish_unsure) {
         // Either outcome is correct for a delete that was never answered.
       } else if (e.buried) {
         ASSERT_EQ(state, "buried");
@@ -397,10 +400,11 @@ void CrashCycles(DelaydServer& server, int cycles, const char* what,
     }
     // Settle the unsure ones by what the server now says, for later cycles.
     for (const auto& [id, e] : model.Snapshot()) {
-      if (!e.delete_unsure && !e.bury_unsure) continue;
+      if (!e.delete_unsure && !e.finish_unsure && !e.bury_unsure) continue;
       std::string st = c.Cmd("stats-job " + std::to_string(id));
       model.Update(id, [&](Expect& x) {
-        x.delete_unsure = x.bury_unsure = false;
+        x.delete_unsure = x.finish_unsure = x.bury_unsure = false;
+        x.written_at.reset();  // what the restarted server says is the new start
         if (st.rfind("OK ", 0) != 0) {
           x.deleted = true;
         } else {
