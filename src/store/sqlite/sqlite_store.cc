@@ -276,16 +276,11 @@ Status OpenDb(const std::string& path, int cache_kib, sqlite3** db) {
     return s;
   }
   sqlite3_busy_timeout(*db, 5000);
-  // A checkpoint copies each dirty page once however often it changed since
-  // the last one. The due-minute index rewrites the same few pages in every
-  // batch, so checkpointing every 10,000 pages (about 40 MiB of WAL) rather
-  // than SQLite's 1,000 cut the writer's work: 135k -> 155-189k puts/s with
-  // delays spread over an hour (bench/run's put phase, this 2-core machine).
-
+  // Checkpoints are the store's own (SqliteStore::OnCommit), not SQLite's
+  // automatic ones after a commit.
   std::string pragmas =
-      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=10000; "
-      "PRAGMA "
-      "cache_size=-" +
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; "
+      "PRAGMA cache_size=-" +
       std::to_string(cache_kib) + ";";
   return Exec(*db, pragmas.c_str());
 }
@@ -395,8 +390,12 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteOptions options, Ex
   store->log_path_ = std::string(sqlite3_db_filename(store->write_db_, "main")) + "-wal";
   // A VFS may read URI parameters after a name: end it with several NULs.
   store->log_name_ = store->log_path_ + std::string(4, '\0');
+  s = OpenDb(store->options_.path, kCheckpointCacheKib, &store->checkpoint_db_);
+  if (!s.ok()) return s;
+  sqlite3_wal_hook(store->write_db_, &SqliteStore::OnCommit, store.get());
   store->writer_ = std::thread([p = store.get()] { p->WriterLoop(); });
   store->syncer_ = std::thread([p = store.get()] { p->SyncerLoop(); });
+  store->checkpointer_ = std::thread([p = store.get()] { p->CheckpointerLoop(); });
   return store;
 }
 
@@ -404,8 +403,9 @@ SqliteStore::~SqliteStore() {
   Close();
   write_stmts_.reset();
   read_stmts_.reset();
-  sqlite3_close(write_db_);
+  sqlite3_close(checkpoint_db_);
   sqlite3_close(read_db_);
+  sqlite3_close(write_db_);  // the last connection: checkpoints all, removes the log
 }
 
 Status SqliteStore::AddMissingColumns() {
@@ -626,6 +626,48 @@ void SqliteStore::SyncerLoop() {
       }
     }
     if (!answered.empty()) Complete(std::move(answered), s);
+  }
+}
+
+// A checkpoint copies each page of the log into the database once, however
+// often it changed since the last one. The due-minute index rewrites the same
+// few pages in every batch, so checkpointing every 10,000 pages (about 40 MiB
+// of log) rather than SQLite's 1,000 cut the writer's work: 135k -> 155-189k
+// puts/s with delays spread over an hour (bench/run's put phase, this 2-core
+// machine). Made by the writer after its commit, as SQLite does by default, a
+// checkpoint stopped every commit for its copy and two syncs: up to 274 ms on
+// this disk, which made the jobs due meanwhile that late (bench/durability).
+// So a thread of its own checkpoints, beside the writer; the writer checkpoints
+// itself only when the log has grown past kWriterCheckpointPages, which
+// happens when the checkpointer cannot catch up (a log can only restart from
+// its beginning once a checkpoint has copied all of it).
+int SqliteStore::OnCommit(void* self, sqlite3* db, const char* name, int pages) {
+  auto* store = static_cast<SqliteStore*>(self);
+  if (pages >= kWriterCheckpointPages) {
+    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  } else if (pages >= kCheckpointPages) {
+    {
+      std::lock_guard lock(store->checkpoint_mu_);
+      store->checkpoint_wanted_ = true;
+    }
+    store->checkpoint_cv_.notify_one();
+  }
+  return SQLITE_OK;
+}
+
+void SqliteStore::CheckpointerLoop() {
+  for (;;) {
+    {
+      std::unique_lock lock(checkpoint_mu_);
+      checkpoint_cv_.wait(lock, [&] { return checkpoint_wanted_ || checkpoint_stopping_; });
+      if (checkpoint_stopping_) return;
+      checkpoint_wanted_ = false;
+    }
+    if (int rc = sqlite3_wal_checkpoint_v2(checkpoint_db_, "main", SQLITE_CHECKPOINT_PASSIVE,
+                                           nullptr, nullptr);
+        rc != SQLITE_OK && rc != SQLITE_BUSY) {
+      spdlog::warn("store: checkpoint: {}", sqlite3_errmsg(checkpoint_db_));
+    }
   }
 }
 
@@ -984,6 +1026,12 @@ void SqliteStore::Close() {
   }
   sync_cv_.notify_one();
   if (syncer_.joinable()) syncer_.join();
+  {
+    std::lock_guard lock(checkpoint_mu_);
+    checkpoint_stopping_ = true;
+  }
+  checkpoint_cv_.notify_one();
+  if (checkpointer_.joinable()) checkpointer_.join();
 }
 
 }  // namespace delayd::store

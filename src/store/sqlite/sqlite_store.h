@@ -11,7 +11,8 @@
 // mutation, whose callback waits for it, and otherwise at most
 // `sync_delay_ms` after the first commit not yet synced. The callbacks of
 // kWritten mutations run right after their commit. A sync covers the whole
-// log, so a power cut loses only commits after the last sync.
+// log, so a power cut loses only commits after the last sync. A third thread
+// checkpoints the log into the database, so the writer does not stop for it.
 #pragma once
 
 #include <chrono>
@@ -88,6 +89,9 @@ class SqliteStore final : public Store {
   Status ApplyOne(Pending& p, uint64_t* max_id);
   Status Apply(const Mutation& m, uint64_t* max_id);
   void SyncerLoop();
+  void CheckpointerLoop();
+  // SQLite's hook after each commit of the writer, with the log's size.
+  static int OnCommit(void* self, sqlite3* db, const char* name, int pages);
   // Syncs the write-ahead log to disk: every commit so far is durable.
   Status SyncLog();
   void CloseLogFile();
@@ -127,6 +131,17 @@ class SqliteStore final : public Store {
   std::string log_name_;                  // the same, as a VFS name; outlives log_file_
   std::unique_ptr<sqlite3_file, void (*)(sqlite3_file*)> log_file_{nullptr, nullptr};  // syncer
   std::thread syncer_;
+
+  // Checkpoints, beside the writer (OnCommit).
+  static constexpr int kCheckpointPages = 10'000;
+  static constexpr int kWriterCheckpointPages = 4 * kCheckpointPages;
+  static constexpr int kCheckpointCacheKib = 2048;
+  sqlite3* checkpoint_db_ = nullptr;  // checkpointer thread only
+  std::mutex checkpoint_mu_;
+  std::condition_variable checkpoint_cv_;
+  bool checkpoint_wanted_ = false;    // guarded by checkpoint_mu_
+  bool checkpoint_stopping_ = false;  // guarded by checkpoint_mu_
+  std::thread checkpointer_;
 };
 
 }  // namespace delayd::store
