@@ -637,20 +637,44 @@ void SqliteStore::SyncerLoop() {
 // machine). Made by the writer after its commit, as SQLite does by default, a
 // checkpoint stopped every commit for its copy and two syncs: up to 274 ms on
 // this disk, which made the jobs due meanwhile that late (bench/durability).
-// So a thread of its own checkpoints, beside the writer; the writer checkpoints
-// itself only when the log has grown past kWriterCheckpointPages, which
-// happens when the checkpointer cannot catch up (a log can only restart from
-// its beginning once a checkpoint has copied all of it).
+//
+// So a thread of its own checkpoints, beside the writer. The log restarts
+// from its beginning only once a checkpoint has copied all of it, and the
+// writer keeps adding to it meanwhile; so after each of the checkpointer's
+// passes the writer copies the little that is left itself, at its next
+// commit, and the log restarts at the commit after. Should the checkpointer
+// fall kWriterCheckpointPages behind, the writer copies it all, and says so.
 int SqliteStore::OnCommit(void* self, sqlite3* db, const char* name, int pages) {
   auto* store = static_cast<SqliteStore*>(self);
-  if (pages >= kWriterCheckpointPages) {
+  // `pages` counts the whole log, copied or not; these marks say which part
+  // is new. A smaller count means the log restarted from its beginning.
+  int& requested = store->checkpoint_requested_at_;
+  int& copied = store->checkpoint_copied_at_;
+  if (pages < requested) requested = 0;
+  if (pages < copied) copied = 0;
+  if (store->finish_checkpoint_.exchange(false)) {
+    if (sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr) ==
+        SQLITE_BUSY) {
+      store->finish_checkpoint_ = true;  // the checkpointer is at it again: next commit
+    } else {
+      copied = requested = pages;
+    }
+  } else if (pages - copied >= kWriterCheckpointPages) {
+    const auto start = std::chrono::steady_clock::now();
     sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-  } else if (pages >= kCheckpointPages) {
+    spdlog::warn("store: the checkpointer fell {} pages behind; the writer checkpointed in {} ms",
+                 pages - copied,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - start)
+                     .count());
+    copied = requested = pages;
+  } else if (pages - requested >= kCheckpointPages) {
     {
       std::lock_guard lock(store->checkpoint_mu_);
       store->checkpoint_wanted_ = true;
     }
     store->checkpoint_cv_.notify_one();
+    requested = pages;
   }
   return SQLITE_OK;
 }
@@ -663,9 +687,11 @@ void SqliteStore::CheckpointerLoop() {
       if (checkpoint_stopping_) return;
       checkpoint_wanted_ = false;
     }
-    if (int rc = sqlite3_wal_checkpoint_v2(checkpoint_db_, "main", SQLITE_CHECKPOINT_PASSIVE,
-                                           nullptr, nullptr);
-        rc != SQLITE_OK && rc != SQLITE_BUSY) {
+    int rc = sqlite3_wal_checkpoint_v2(checkpoint_db_, "main", SQLITE_CHECKPOINT_PASSIVE,
+                                       nullptr, nullptr);
+    if (rc == SQLITE_OK) {
+      finish_checkpoint_ = true;  // whatever the writer added meanwhile
+    } else if (rc != SQLITE_BUSY) {
       spdlog::warn("store: checkpoint: {}", sqlite3_errmsg(checkpoint_db_));
     }
   }

@@ -15,6 +15,7 @@
 // checkpoints the log into the database, so the writer does not stop for it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -141,6 +142,10 @@ class SqliteStore final : public Store {
   std::condition_variable checkpoint_cv_;
   bool checkpoint_wanted_ = false;    // guarded by checkpoint_mu_
   bool checkpoint_stopping_ = false;  // guarded by checkpoint_mu_
+  // Set by the checkpointer when the writer should copy what its pass left.
+  std::atomic<bool> finish_checkpoint_{false};
+  int checkpoint_requested_at_ = 0;  // writer: log pages when it last asked for a checkpoint
+  int checkpoint_copied_at_ = 0;     // writer: log pages all copied by then
   std::thread checkpointer_;
 };
 
