@@ -161,6 +161,7 @@ void Engine::SetExtra(Job* j, const JobRecord& r, std::shared_ptr<const JobSpec>
   }
   j->extra->attempt_log = r.attempt_log;
   j->extra->last_error = r.last_error;
+  j->extra->cancelled = false;
 }
 
 void Engine::NotifyPush(Tube* t) {
@@ -219,15 +220,81 @@ void Engine::Detach(Job* j) {
   }
 }
 
-// Pins `j` in memory until the mutation is durable; then runs `then` and
-// decides whether the job stays in memory.
+// Pins `j` in memory until the mutation is answered. Memory changed before
+// the write (so the client's next command sees it); a write that fails is
+// undone by taking the store's record again, before `done` tells the client.
 void Engine::Write(Job* j, Mutation m, Done done) {
   ++j->pending_writes;
   store_.Submit(std::move(m), [this, id = j->id, done = std::move(done)](const Status& s) {
     Job* job = jobs_.at(id).get();
+    if (!s.ok()) job->diverged = true;
+    // With later writes still queued, the last of them resyncs: each carries
+    // the whole job, so the store ends as memory is unless one fails.
+    if (job->diverged && job->pending_writes == 1) Resync(job);
     done(s);
     WriteDone(job);
   });
+}
+
+void Engine::Resync(Job* j) {
+  j->diverged = false;
+  if (j->state == JobState::kPending) return;  // a failed insert: Publish drops it
+  auto read = store_.Get(j->id);
+  if (!read.ok()) {
+    // The store can neither write nor read: what it holds is unknown, so the
+    // job leaves memory rather than show a state the store may not have. A
+    // restart reads it back.
+    spdlog::error("job {}: a write failed and reading it back failed too ({}); it is out of "
+                  "service until a restart",
+                  j->id, read.status().ToString());
+    Detach(j);
+    j->state = JobState::kDeleting;
+    return;
+  }
+  const std::optional<JobRecord>& rec = read.value();
+  if (!rec || rec->state == StoredState::kDone) {
+    Detach(j);
+    j->state = JobState::kDeleting;
+    return;
+  }
+  // A reservation is not stored, and a reserved job is stored as ready: one
+  // granted since the failed change stands only if the store says ready.
+  const bool keep_reservation =
+      j->state == JobState::kReserved && rec->state == StoredState::kReady;
+  if (!keep_reservation) Detach(j);
+  j->priority = rec->priority;
+  j->due_ms = rec->due_ms;
+  j->delay_ms = rec->delay_ms;
+  j->ttr_ms = rec->ttr_ms;
+  j->run_at_ms = rec->run_at_ms;
+  // Reserves and timeouts are counted in memory and stored with the next
+  // write: memory has the truth of those two.
+  store::JobCounters counters = rec->counters;
+  counters.reserves = j->counters.reserves;
+  counters.timeouts = j->counters.timeouts;
+  j->counters = counters;
+  if (*j->body != rec->body) j->body = std::make_shared<const std::string>(rec->body);
+  SetExtra(j, *rec);
+  if (keep_reservation) return;
+  switch (rec->state) {
+    case StoredState::kBuried:
+      MakeBuried(j);
+      break;
+    case StoredState::kDelayed:
+      if (rec->due_ms > clock_.WallMillis()) {
+        if (store::DueMinute(rec->due_ms) > loaded_minute_) {
+          j->state = JobState::kDelayed;  // WriteDone hands it back to the store
+        } else {
+          MakeDelayed(j);
+        }
+        break;
+      }
+      [[fallthrough]];
+    case StoredState::kReady:
+    case StoredState::kDone:
+      MakeReady(j);
+      break;
+  }
 }
 
 void Engine::WriteDone(Job* j) {
@@ -525,26 +592,28 @@ void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>
     }
   }
   if (kicked.empty()) return done(uint64_t{0});
+  // KICKED counts the kicks the store took: a failed one is undone (Resync),
+  // and only when none took is the failure the answer.
   struct Join {
     size_t left;
+    uint64_t kicked = 0;
     Status status;
     std::function<void(Result<uint64_t>)> done;
   };
-  auto join = std::make_shared<Join>(Join{kicked.size(), Status::Ok(), std::move(done)});
-  const uint64_t n = kicked.size();
+  auto join = std::make_shared<Join>(Join{kicked.size(), 0, Status::Ok(), std::move(done)});
   for (Job* j : kicked) {
     Detach(j);
     ++j->counters.kicks;
     MakeReady(j);
-    Write(j, Mutation::Update(Record(*j)), [join, n](const Status& s) {
-      if (!s.ok()) join->status = s;
-      if (--join->left == 0) {
-        if (join->status.ok()) {
-          join->done(n);
-        } else {
-          join->done(join->status);
-        }
+    Write(j, Mutation::Update(Record(*j)), [join](const Status& s) {
+      if (s.ok()) {
+        ++join->kicked;
+      } else {
+        join->status = s;
       }
+      if (--join->left > 0) return;
+      if (join->kicked > 0) return join->done(join->kicked);
+      join->done(join->status);
     });
   }
 }

@@ -9,7 +9,10 @@
 //
 // Durability: every acknowledged put, delete, release, bury, kick and pause is
 // in the store first. The engine changes memory at once and calls `done` when
-// the store has synced the change; a put becomes visible only then.
+// the store has the change; a put becomes visible only then. A change whose
+// write fails is undone: the job takes the store's record again before
+// `done` reports the failure, so memory never holds what a restart would undo
+// once the write is answered.
 // Reservations, touches and ttr expiries are not stored: after a crash a
 // reserved job is ready again.
 //
@@ -227,7 +230,10 @@ class Engine {
   // its state, or drop it unseen.
   void Publish(Job* j, const Status& s);
   void Detach(Job* j);  // out of the set/timer of its current state
+  // Writes `m`, the change just made to `j` in memory; see engine.cc.
   void Write(Job* j, store::Mutation m, Done done);
+  // Memory takes the store's record of `j` again after a failed write.
+  void Resync(Job* j);
   void WriteDone(Job* j);
   Result<std::optional<store::JobRecord>> FindFar(uint64_t id);
   Job* MaterializeFar(const store::JobRecord& r);

@@ -6,6 +6,7 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "store/sqlite/sqlite_store.h"
@@ -431,6 +432,226 @@ TEST_F(EngineTest, AFailedStoreWriteIsReportedAndAFailedPutNeverAppears) {
   EXPECT_GT(Put(c, "after"), kept) << "writes work again once the store does";
   engine_->Reserve(c, 0);
   EXPECT_EQ(r.Take(), "reserved " + std::to_string(kept) + " kept");
+}
+
+// What a client can read of a job, but for the two counters memory keeps
+// ahead of the store (reserves and timeouts are stored with the next write).
+std::string Fingerprint(Engine& e, uint64_t id) {
+  Result<JobInfo> info = e.GetJob(id);
+  if (!info.ok()) return info.status().ToString();
+  const store::JobRecord& r = info->record;
+  std::ostringstream out;
+  out << info->state << " pri=" << r.priority << " due=" << r.due_ms << " delay=" << r.delay_ms
+      << " ttr=" << r.ttr_ms << " run_at=" << r.run_at_ms << " body=" << r.body
+      << " key=" << r.key << " spec=" << r.spec << " log=" << r.attempt_log
+      << " error=" << r.last_error << " releases=" << r.counters.releases
+      << " buries=" << r.counters.buries << " kicks=" << r.counters.kicks;
+  return out.str();
+}
+
+std::string WithState(std::string fingerprint, const std::string& state) {
+  return state + fingerprint.substr(fingerprint.find(' '));
+}
+
+// Review item 3: a change whose write fails leaves the job as the store has
+// it, in memory as after a restart, and the client is told. One case per
+// kind of job change; each starts from an empty store.
+TEST_F(EngineTest, AFailedWriteOfEveryKindOfChangeLeavesTheJobAsTheStoreHasIt) {
+  Recorder r;
+  Client* c = nullptr;
+  auto put = [&](int64_t delay_ms) { return Put(c, "body-" + std::to_string(delay_ms), delay_ms); };
+  auto reserved = [&] {
+    const uint64_t id = put(0);
+    engine_->Reserve(c, 0);
+    EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " body-0");
+    return id;
+  };
+  auto buried = [&] {
+    const uint64_t id = reserved();
+    EXPECT_TRUE(Await([&](Engine::Done d) { engine_->Bury(c, id, 50, d); }).ok());
+    return id;
+  };
+  auto submit = [&](NewJob n) {
+    std::vector<NewJob> batch;
+    batch.push_back(std::move(n));
+    std::optional<Result<std::vector<Submitted>>> out;
+    engine_->Submit("t", std::move(batch), [&](auto x) { out = std::move(x); });
+    RunUntil([&] { return out.has_value(); });
+    EXPECT_TRUE(out->ok());
+    return out->ok() ? out->value()[0].id : 0;
+  };
+  auto keyed = [&] {
+    NewJob n;
+    n.key = "order-8812";
+    n.delay_ms = 60'000;
+    return submit(std::move(n));
+  };
+  auto http_held = [&] {
+    NewJob n;
+    n.body = "pulled";
+    const uint64_t id = submit(std::move(n));
+    Client* puller = engine_->Connect(&r);
+    engine_->Watch(puller, "t");
+    engine_->Ignore(puller, "default");
+    engine_->Reserve(puller, 0);
+    EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " pulled");
+    EXPECT_TRUE(engine_->AdoptReservation(puller, id).ok());
+    return id;
+  };
+  std::optional<PushLease> lease;
+  auto pushing = [&] {
+    NewJob n;
+    n.body = "pushed";
+    n.spec.target.emplace().url = "http://127.0.0.1:9/hook";
+    const uint64_t id = submit(std::move(n));
+    lease = engine_->TakePush("t");
+    EXPECT_TRUE(lease.has_value());
+    return id;
+  };
+  auto push_done = [&](const char* outcome, bool success, bool dead) {
+    return [&, outcome, success, dead](uint64_t id) {
+      Attempt a;
+      a.outcome = outcome;
+      a.http_status = 500;
+      return Await([&](Engine::Done d) {
+        engine_->PushDone(id, lease->attempt, a, success, dead, 2000, d);
+      });
+    };
+  };
+  auto status_of = [](const Result<uint64_t>& x) { return x.status(); };
+
+  struct Case {
+    std::string name;
+    std::function<uint64_t()> setup;
+    std::function<Status(uint64_t)> change;
+    // The job's state afterwards: as before the change, except that a
+    // reservation ended by the change is gone (the store has the job ready).
+    std::string state_after;
+  };
+  const std::vector<Case> cases = {
+      {"delete of a held job (finish)", reserved,
+       [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->Delete(c, id, d); }); },
+       "ready"},
+      {"delete of a ready job (cancel)", [&] { return put(0); },
+       [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->Delete(c, id, d); }); },
+       "ready"},
+      {"delete of a delayed job", [&] { return put(5000); },
+       [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->Delete(c, id, d); }); },
+       "delayed"},
+      {"release with a delay", reserved,
+       [&](uint64_t id) {
+         return Await([&](Engine::Done d) { engine_->Release(c, id, 7, 3000, d); });
+       },
+       "ready"},
+      {"release now", reserved,
+       [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->Release(c, id, 7, 0, d); }); },
+       "ready"},
+      {"bury", reserved,
+       [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->Bury(c, id, 9, d); }); },
+       "ready"},
+      {"kick of buried jobs", buried,
+       [&](uint64_t) {
+         std::optional<Result<uint64_t>> out;
+         engine_->Kick(c, 10, [&](Result<uint64_t> x) { out = x; });
+         RunUntil([&] { return out.has_value(); });
+         return status_of(*out);
+       },
+       "buried"},
+      {"kick of delayed jobs", [&] { return put(5000); },
+       [&](uint64_t) {
+         std::optional<Result<uint64_t>> out;
+         engine_->Kick(c, 10, [&](Result<uint64_t> x) { out = x; });
+         RunUntil([&] { return out.has_value(); });
+         return status_of(*out);
+       },
+       "delayed"},
+      {"kick-job of a delayed job", [&] { return put(5000); },
+       [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->KickJob(id, d); }); },
+       "delayed"},
+      {"edit (priority, body, due time)", keyed,
+       [&](uint64_t id) {
+         JobPatch p;
+         p.priority = 5;
+         p.due_ms = clock_.WallMillis() + 9000;
+         p.body = "changed";
+         return Await([&](Engine::Done d) { engine_->Modify(id, p, d); });
+       },
+       "delayed"},
+      {"cancel of a keyed job", keyed,
+       [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->Remove(id, d); }); },
+       "delayed"},
+      {"run now", keyed,
+       [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->RunNow(id, d); }); },
+       "delayed"},
+      {"retry of a dead letter", buried,
+       [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->Retry(id, d); }); },
+       "buried"},
+      {"HTTP finish", http_held,
+       [&](uint64_t id) {
+         return Await([&](Engine::Done d) {
+           engine_->SettleHttp(id, 0, Engine::Settle::kFinish, 0, 0, d);
+         });
+       },
+       "ready"},
+      {"HTTP release", http_held,
+       [&](uint64_t id) {
+         return Await([&](Engine::Done d) {
+           engine_->SettleHttp(id, 0, Engine::Settle::kRelease, 3, 4000, d);
+         });
+       },
+       "ready"},
+      {"push delivered", pushing, push_done("ok", true, false), "ready"},
+      {"push failed, retried later", pushing, push_done("retry", false, false), "ready"},
+      {"push failed, dead letter", pushing, push_done("dead", false, true), "ready"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    Stop();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    Start();
+    c = engine_->Connect(&r);
+    const uint64_t id = k.setup();
+    ASSERT_NE(id, 0u);
+    const std::string before = Fingerprint(*engine_, id);
+    flaky_->failing = true;
+    const Status s = k.change(id);
+    flaky_->failing = false;
+    EXPECT_EQ(s.code(), StatusCode::kIoError) << "the client is told";
+    const std::string after = Fingerprint(*engine_, id);
+    EXPECT_EQ(after, WithState(before, k.state_after)) << "memory is as the store has it";
+    // Nothing else moved: the job is where its state says, once.
+    const EngineStats st = engine_->Stats();
+    EXPECT_EQ(st.ready + st.delayed + st.buried + st.reserved, 1u);
+    engine_->Disconnect(c);
+    Stop();
+    Start();
+    EXPECT_EQ(Fingerprint(*engine_, id), after) << "a restart shows what memory showed";
+  }
+}
+
+// Changes queued behind a failed one carry the whole job, so the store ends
+// as the last of them left it, and memory follows the store.
+TEST_F(EngineTest, AChangeQueuedBehindAFailedOneDecidesTheJob) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  const uint64_t id = Put(c, "x");
+  engine_->Reserve(c, 0);
+  ASSERT_EQ(r.Take(), "reserved " + std::to_string(id) + " x");
+  flaky_->failing = true;
+  std::optional<Status> released;
+  engine_->Release(c, id, 7, 0, [&](const Status& s) { released = s; });
+  flaky_->failing = false;
+  engine_->Reserve(c, 0);  // the release is in memory already
+  ASSERT_EQ(r.Take(), "reserved " + std::to_string(id) + " x");
+  EXPECT_TRUE(Await([&](Engine::Done d) { engine_->Delete(c, id, d); }).ok());
+  ASSERT_TRUE(released.has_value());
+  EXPECT_EQ(released->code(), StatusCode::kIoError);
+  EXPECT_EQ(engine_->GetJob(id).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine_->Stats().ready, 0u);
+  Stop();
+  Start();
+  EXPECT_EQ(engine_->GetJob(id).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(EngineTest, DrainingRefusesPuts) {

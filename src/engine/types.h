@@ -66,7 +66,10 @@ struct Job {
   store::JobCounters counters;
   std::shared_ptr<const std::string> body;
   Client* reserver = nullptr;
-  uint32_t pending_writes = 0;  // store writes not yet durable; pins the job in memory
+  uint32_t pending_writes = 0;  // store writes not yet answered; pins the job in memory
+  // One of those writes failed: once the last is answered, memory takes the
+  // store's record again (Engine::Resync).
+  bool diverged = false;
   EngineTimer timer;            // due time when delayed, ttr deadline when reserved
   std::unique_ptr<JobExtra> extra;
 
