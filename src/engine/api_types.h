@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/job_state.h"
 #include "engine/spec.h"
 #include "store/job_record.h"
 
@@ -29,11 +30,11 @@ struct Submitted {
 };
 
 // A job as read: its stored fields as memory knows them, and its state
-// ("delayed", "ready", "reserved", "buried", "done").
+// (ready, delayed, reserved, buried or done).
 struct JobInfo {
   store::JobRecord record;
   std::shared_ptr<const JobSpec> spec;  // record.spec decoded; null for a plain job
-  const char* state = "";
+  JobState state = JobState::kReady;
   uint32_t lease = 0;          // reserved: the reservation's number (its attempt)
   int64_t lease_until_ms = 0;  // reserved: wall ms when it runs out
   bool pushing = false;        // reserved by the dispatcher
@@ -52,7 +53,7 @@ struct JobPatch {
 
 struct ListFilter {
   std::optional<std::string> topic;
-  std::optional<std::string> state;  // one of JobInfo's states
+  std::optional<JobState> state;  // one of JobInfo's states
   std::string key_prefix;
   std::optional<int64_t> due_after_ms;
   std::optional<int64_t> due_before_ms;

@@ -15,21 +15,6 @@ using store::StoredState;
 
 namespace {
 constexpr const char* kDefaultTube = "default";
-
-const char* StateName(JobState s) {
-  switch (s) {
-    case JobState::kReady:
-      return "ready";
-    case JobState::kDelayed:
-      return "delayed";
-    case JobState::kReserved:
-      return "reserved";
-    case JobState::kBuried:
-      return "buried";
-    default:
-      return "invalid";
-  }
-}
 }  // namespace
 
 Engine::Engine(store::Store& store, const Clock& clock, EngineOptions options, WakeFn wake)
@@ -90,7 +75,7 @@ Job* Engine::FindLive(uint64_t id) const {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return nullptr;
   Job* j = it->second.get();
-  return j->state == JobState::kPending || j->state == JobState::kDeleting ? nullptr : j;
+  return Visible(j->state) ? j : nullptr;
 }
 
 Job* Engine::ReservedBy(const Client* c, uint64_t id) const {
@@ -130,9 +115,7 @@ JobRecord Engine::Record(const Job& j) const {
   r.id = j.id;
   r.tube = j.tube->name;
   r.priority = j.priority;
-  r.state = j.state == JobState::kDelayed  ? StoredState::kDelayed
-            : j.state == JobState::kBuried ? StoredState::kBuried
-                                           : StoredState::kReady;
+  r.state = ToStored(j.state);
   r.due_ms = j.due_ms;
   r.delay_ms = j.delay_ms;
   r.ttr_ms = j.ttr_ms;
@@ -215,6 +198,7 @@ void Engine::Detach(Job* j) {
       t->buried.erase(j);
       break;
     case JobState::kPending:
+    case JobState::kDone:
     case JobState::kDeleting:
       break;
   }
@@ -330,7 +314,7 @@ Result<std::optional<JobRecord>> Engine::FindFar(uint64_t id) {
 
 Result<Job*> Engine::FindOrLoad(uint64_t id, const std::function<bool(const Job&)>& allowed) {
   if (Job* j = FindLive(id)) {
-    if (!allowed(*j)) return Status::Conflict(std::string("job is ") + StateName(j->state));
+    if (!allowed(*j)) return Status::Conflict("job is " + std::string(StateName(j->state)));
     return j;
   }
   auto far = FindFar(id);
@@ -680,7 +664,7 @@ Result<JobStats> Engine::StatsJob(uint64_t id) {
   if (Job* j = FindLive(id)) {
     s.id = j->id;
     s.tube = j->tube->name;
-    s.state = StateName(j->state);
+    s.state = j->state;
     s.priority = j->priority;
     s.age_s = (wall_us / 1000 - j->created_ms) / 1000;
     s.delay_s = j->delay_ms / 1000;
@@ -696,7 +680,7 @@ Result<JobStats> Engine::StatsJob(uint64_t id) {
   const JobRecord& r = **far;
   s.id = r.id;
   s.tube = r.tube;
-  s.state = "delayed";
+  s.state = JobState::kDelayed;
   s.priority = r.priority;
   s.age_s = (wall_us / 1000 - r.created_ms) / 1000;
   s.delay_s = r.delay_ms / 1000;

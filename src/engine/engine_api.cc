@@ -18,20 +18,6 @@ namespace {
 
 std::string KeyOf(const std::string& tube, const std::string& key) { return tube + '\0' + key; }
 
-const char* StoredStateName(StoredState s) {
-  switch (s) {
-    case StoredState::kReady:
-      return "ready";
-    case StoredState::kDelayed:
-      return "delayed";
-    case StoredState::kBuried:
-      return "buried";
-    case StoredState::kDone:
-      return "done";
-  }
-  return "ready";
-}
-
 }  // namespace
 
 void Engine::ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const {
@@ -143,32 +129,18 @@ JobInfo Engine::Info(const Job& j) const {
   info.record = Record(j);
   info.record.body = *j.body;
   if (j.extra) info.spec = j.extra->spec;
-  switch (j.state) {
-    case JobState::kReady:
-      info.state = "ready";
-      break;
-    case JobState::kDelayed:
-      info.state = "delayed";
-      break;
-    case JobState::kReserved:
-      info.state = "reserved";
-      info.lease = j.counters.reserves;
-      info.lease_until_ms = clock_.WallMillis() + (j.deadline_us - clock_.SteadyMicros()) / 1000;
-      info.pushing = j.reserver == push_holder_;
-      break;
-    case JobState::kBuried:
-      info.state = "buried";
-      break;
-    default:
-      info.state = "pending";
-      break;
+  info.state = j.state;
+  if (j.state == JobState::kReserved) {
+    info.lease = j.counters.reserves;
+    info.lease_until_ms = clock_.WallMillis() + (j.deadline_us - clock_.SteadyMicros()) / 1000;
+    info.pushing = j.reserver == push_holder_;
   }
   return info;
 }
 
 JobInfo Engine::Info(JobRecord r) {
   JobInfo info;
-  info.state = StoredStateName(r.state);
+  info.state = FromStored(r.state);
   info.spec = DecodeSpec(r.spec);
   info.record = std::move(r);
   return info;
@@ -212,7 +184,7 @@ Result<ListPage> Engine::List(const ListFilter& f) {
     return true;
   };
   ListPage page;
-  if (f.state && *f.state == "reserved") {
+  if (f.state == JobState::kReserved) {
     // Reservations live only in memory.
     std::vector<Job*> held;
     for (auto& [id, j] : jobs_) {
@@ -232,12 +204,7 @@ Result<ListPage> Engine::List(const ListFilter& f) {
   }
   store::ListQuery q;
   q.tube = f.topic;
-  if (f.state) {
-    if (*f.state == "ready") q.state = StoredState::kReady;
-    if (*f.state == "delayed") q.state = StoredState::kDelayed;
-    if (*f.state == "buried") q.state = StoredState::kBuried;
-    if (*f.state == "done") q.state = StoredState::kDone;
-  }
+  if (f.state) q.state = ToStored(*f.state);
   q.key_prefix = f.key_prefix;
   q.due_after_ms = f.due_after_ms;
   q.due_before_ms = f.due_before_ms;
@@ -255,8 +222,7 @@ Result<ListPage> Engine::List(const ListFilter& f) {
     JobInfo info;
     if (it == jobs_.end()) {
       info = Info(std::move(r));
-    } else if (it->second->state == JobState::kPending ||
-               it->second->state == JobState::kDeleting) {
+    } else if (!Visible(it->second->state)) {
       continue;
     } else {
       info = Info(*it->second);

@@ -168,7 +168,7 @@ TEST_F(EngineTest, ZeroDelayIsReadyAndDelayNeverFiresEarlyMidMillisecond) {
   Client* c = engine_->Connect(&r);
   clock_.Advance(400);  // the clock now sits 0.4 ms into a millisecond
   uint64_t now_job = Put(c, "now");
-  EXPECT_STREQ(engine_->StatsJob(now_job)->state, "ready");
+  EXPECT_EQ(engine_->StatsJob(now_job)->state, JobState::kReady);
   engine_->Reserve(c, 0);
   r.Take();
   uint64_t later = Put(c, "later", 1000);
@@ -293,8 +293,8 @@ TEST_F(EngineTest, KickTakesBuriedFirstThenDelayedInDueOrder) {
   engine_->Kick(c, 1, [&](Result<uint64_t> n) { kicked = n; });
   RunUntil([&] { return kicked.has_value(); });
   EXPECT_EQ(kicked->value(), 1u);
-  EXPECT_STREQ(engine_->StatsJob(soon)->state, "ready");
-  EXPECT_STREQ(engine_->StatsJob(late)->state, "delayed");
+  EXPECT_EQ(engine_->StatsJob(soon)->state, JobState::kReady);
+  EXPECT_EQ(engine_->StatsJob(late)->state, JobState::kDelayed);
 }
 
 TEST_F(EngineTest, FarJobsStayInTheStoreUntilTheirMinuteIsLoaded) {
@@ -304,7 +304,7 @@ TEST_F(EngineTest, FarJobsStayInTheStoreUntilTheirMinuteIsLoaded) {
   EXPECT_EQ(engine_->jobs_in_memory(), 0u) << "a job due in 10 min should live only in the store";
   EXPECT_EQ(engine_->Stats().delayed, 1u);
   EXPECT_EQ(*engine_->Peek(id)->body, "far");
-  EXPECT_STREQ(engine_->StatsJob(id)->state, "delayed");
+  EXPECT_EQ(engine_->StatsJob(id)->state, JobState::kDelayed);
   EXPECT_EQ(*engine_->PeekDelayed(c)->body, "far");
   engine_->Reserve(c, -1);
   for (int s = 0; s < 10 * 60 - 1; ++s) Advance(1000);
@@ -322,12 +322,12 @@ TEST_F(EngineTest, FarJobsCanBeDeletedAndKicked) {
   ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Delete(c, gone, d); }).ok());
   EXPECT_EQ(engine_->Peek(gone).status().code(), StatusCode::kNotFound);
   ASSERT_TRUE(Await([&](Engine::Done d) { engine_->KickJob(kicked, d); }).ok());
-  EXPECT_STREQ(engine_->StatsJob(kicked)->state, "ready");
+  EXPECT_EQ(engine_->StatsJob(kicked)->state, JobState::kReady);
   EXPECT_EQ(engine_->Stats().delayed, 0u);
   Stop();
   Start();
   EXPECT_EQ(engine_->Peek(gone).status().code(), StatusCode::kNotFound);
-  EXPECT_STREQ(engine_->StatsJob(kicked)->state, "ready");
+  EXPECT_EQ(engine_->StatsJob(kicked)->state, JobState::kReady);
 }
 
 TEST_F(EngineTest, RecoveryRestoresStatesAndKeepsIdsRising) {
@@ -347,11 +347,11 @@ TEST_F(EngineTest, RecoveryRestoresStatesAndKeepsIdsRising) {
   Stop();
   Start();
   Client* c2 = engine_->Connect(&r);
-  EXPECT_STREQ(engine_->StatsJob(reserved)->state, "ready");
-  EXPECT_STREQ(engine_->StatsJob(buried)->state, "buried");
+  EXPECT_EQ(engine_->StatsJob(reserved)->state, JobState::kReady);
+  EXPECT_EQ(engine_->StatsJob(buried)->state, JobState::kBuried);
   EXPECT_EQ(engine_->StatsJob(buried)->priority, 3u);
   auto d = engine_->StatsJob(delayed);
-  EXPECT_STREQ(d->state, "delayed");
+  EXPECT_EQ(d->state, JobState::kDelayed);
   EXPECT_EQ(d->time_left_s, 20) << "the delay continues toward its absolute due time";
   EXPECT_EQ(engine_->Peek(deleted).status().code(), StatusCode::kNotFound);
   EXPECT_GT(Put(c2, "new"), deleted);
@@ -441,7 +441,7 @@ std::string Fingerprint(Engine& e, uint64_t id) {
   if (!info.ok()) return info.status().ToString();
   const store::JobRecord& r = info->record;
   std::ostringstream out;
-  out << info->state << " pri=" << r.priority << " due=" << r.due_ms << " delay=" << r.delay_ms
+  out << StateName(info->state) << " pri=" << r.priority << " due=" << r.due_ms << " delay=" << r.delay_ms
       << " ttr=" << r.ttr_ms << " run_at=" << r.run_at_ms << " body=" << r.body
       << " key=" << r.key << " spec=" << r.spec << " log=" << r.attempt_log
       << " error=" << r.last_error << " releases=" << r.counters.releases
@@ -693,7 +693,7 @@ TEST_F(EngineTest, AttemptLogKeepsTheLatestAttemptsAndTheLastError) {
   }
   Result<JobInfo> info = engine_->GetJob(id);
   ASSERT_TRUE(info.ok());
-  EXPECT_STREQ(info->state, "done");
+  EXPECT_EQ(info->state, JobState::kDone);
   EXPECT_EQ(info->record.last_error, "HTTP 503: \"busy\" #5");
   nlohmann::json log = nlohmann::json::parse(info->record.attempt_log);
   ASSERT_EQ(log.size(), 3u) << log.dump();

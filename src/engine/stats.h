@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/job_state.h"
 #include "store/job_record.h"
 
 namespace delayd::engine {
@@ -12,7 +13,7 @@ namespace delayd::engine {
 struct JobStats {
   uint64_t id = 0;
   std::string tube;
-  const char* state = "";  // ready, delayed, reserved, buried
+  JobState state = JobState::kReady;  // ready, delayed, reserved or buried
   uint32_t priority = 0;
   int64_t age_s = 0;
   int64_t delay_s = 0;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/job_state.h"
 #include "engine/spec.h"
 #include "store/job_record.h"
 #include "wheel/timing_wheel.h"
@@ -26,15 +27,6 @@ struct EngineTimer {
   wheel::TimerNode node;
   TimerKind kind = TimerKind::kJob;
   void* owner = nullptr;
-};
-
-enum class JobState : uint8_t {
-  kPending,  // put received, not yet durable: invisible to everyone
-  kReady,
-  kDelayed,  // in memory: due within the loaded horizon
-  kReserved,
-  kBuried,
-  kDeleting,  // deleted, delete not yet durable: a tombstone the loader must skip
 };
 
 // What jobs submitted over HTTP (or put into a topic with settings) carry

@@ -502,13 +502,11 @@ void Api::ListJobs(Call& c) {
   }
   if (auto t = QueryValue(c.query, "topic")) f.topic = *t;
   if (auto s = QueryValue(c.query, "state")) {
-    static constexpr const char* kStates[] = {"delayed", "ready", "reserved", "buried", "done"};
-    if (std::find_if(std::begin(kStates), std::end(kStates),
-                     [&](const char* n) { return *s == n; }) == std::end(kStates)) {
+    f.state = engine::ParseState(*s);
+    if (!f.state) {
       return c.reply(ProblemResponse(
           Status::InvalidField("state", "must be one of delayed, ready, reserved, buried, done")));
     }
-    f.state = *s;
   }
   if (auto p = QueryValue(c.query, "key_prefix")) f.key_prefix = *p;
   for (const char* name : {"due_after", "due_before"}) {

@@ -239,7 +239,7 @@ void WriteJobFields(JsonWriter& w, const engine::JobInfo& info) {
   w.Key("topic").String(r.tube);
   w.Key("key");
   r.key.empty() ? w.Null() : w.String(r.key);
-  w.Key("state").String(info.state);
+  w.Key("state").String(engine::StateName(info.state));
   w.Key("priority").Uint(r.priority);
   w.Key("due_at").Time(r.due_ms);
   w.Key("run_at").Time(r.run_at_ms != 0 ? r.run_at_ms : r.due_ms);
@@ -263,7 +263,7 @@ void WriteJobFields(JsonWriter& w, const engine::JobInfo& info) {
   r.last_error.empty() ? w.Null() : w.String(r.last_error);
   WriteBody(w, r.body, spec ? spec->encoding : BodyEncoding::kRaw);
   if (r.state == store::StoredState::kDone) w.Key("done_at").Time(r.done_ms);
-  if (std::string_view(info.state) == "reserved") {
+  if (info.state == engine::JobState::kReserved) {
     w.Key("lease").BeginObject();
     w.Key("lease").Uint(info.lease);
     w.Key("expires_at").Time(info.lease_until_ms);

@@ -306,7 +306,7 @@ void Api::TimerFires(Call& c) {
     // What became of the job: its state now, or null once it is gone.
     w.Key("job_state");
     auto job = f.job_id ? engine_.GetJob(f.job_id) : Result<engine::JobInfo>(Status::NotFound(""));
-    job.ok() ? w.String(job->state) : w.Null();
+    job.ok() ? w.String(engine::StateName(job->state)) : w.Null();
     if (job.ok() && !job->record.last_error.empty())
       w.Key("job_last_error").String(job->record.last_error);
     w.EndObject();

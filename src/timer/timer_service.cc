@@ -192,8 +192,7 @@ bool TimerService::StillRunning(uint64_t job_id) {
   if (job_id == 0) return false;
   auto info = engine_.GetJob(job_id);
   if (!info.ok()) return false;
-  const std::string_view state = info->state;
-  return state == "delayed" || state == "ready" || state == "reserved" || state == "pending";
+  return info->state != engine::JobState::kBuried && info->state != engine::JobState::kDone;
 }
 
 void TimerService::Fire(Loaded& t, int64_t now) {

@@ -17,6 +17,13 @@
 namespace delayd::store {
 namespace {
 
+// The SQL below names stored states by these numbers (state=1 is delayed);
+// they are on disk, so they never change.
+static_assert(static_cast<int>(StoredState::kReady) == 0);
+static_assert(static_cast<int>(StoredState::kDelayed) == 1);
+static_assert(static_cast<int>(StoredState::kBuried) == 2);
+static_assert(static_cast<int>(StoredState::kDone) == 3);
+
 // The schema. `jobs_due` is a partial index over delayed jobs only, keyed by
 // due minute then id: ids rise, so each minute is a single insertion front and
 // a batch dirties few index pages even when due times arrive in random order.
