@@ -193,6 +193,7 @@ void Dispatcher::OnResult(const engine::PushLease& lease, int64_t started_ms, Ou
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   Decision d = Decide(policy, r, lease.attempt, now_ms, lease.created_ms, uniform(rng_));
   engine::Attempt a;
+  a.number = lease.attempt;
   a.started_ms = started_ms;
   a.duration_ms = r.duration_ms;
   a.http_status = r.status;
@@ -201,17 +202,17 @@ void Dispatcher::OnResult(const engine::PushLease& lease, int64_t started_ms, Ou
   if (a.error.size() > 300) a.error.resize(300);
   switch (d.kind) {
     case Decision::Kind::kSuccess:
-      a.outcome = "ok";
+      a.outcome = engine::AttemptOutcome::kOk;
       ++stats_.delivered;
       ts.consecutive_failures = 0;
       break;
     case Decision::Kind::kRetry:
-      a.outcome = "retry";
+      a.outcome = engine::AttemptOutcome::kRetry;
       ++stats_.failed;
       ++ts.consecutive_failures;
       break;
     case Decision::Kind::kDead:
-      a.outcome = "dead";
+      a.outcome = engine::AttemptOutcome::kDead;
       a.error += a.error.empty() ? d.reason : " (" + d.reason + ")";
       ++stats_.failed;
       ++stats_.dead_letters;
@@ -220,12 +221,11 @@ void Dispatcher::OnResult(const engine::PushLease& lease, int64_t started_ms, Ou
   }
   const bool success = d.kind == Decision::Kind::kSuccess;
   const bool dead = d.kind == Decision::Kind::kDead;
-  engine_.PushDone(lease.id, lease.attempt, a, success, dead, d.delay_ms,
-                   [id = lease.id](const Status& s) {
-                     if (!s.ok() && s.code() != StatusCode::kConflict) {
-                       spdlog::error("delivery: recording job {}: {}", id, s.ToString());
-                     }
-                   });
+  engine_.PushDone(lease.id, a, d.delay_ms, [id = lease.id](const Status& s) {
+    if (!s.ok() && s.code() != StatusCode::kConflict) {
+      spdlog::error("delivery: recording job {}: {}", id, s.ToString());
+    }
+  });
   if (!success) {
     auto settings = engine_.SettingsOf(lease.topic);
     if (settings && settings->alert) {

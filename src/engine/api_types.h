@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/attempt_log.h"
 #include "engine/job_state.h"
 #include "engine/spec.h"
 #include "store/job_record.h"
@@ -87,14 +88,6 @@ struct PushLease {
   std::string key;  // empty: none
   std::shared_ptr<const std::string> body;
   std::shared_ptr<const JobSpec> spec;
-};
-
-struct Attempt {
-  int64_t started_ms = 0;
-  int64_t duration_ms = 0;
-  std::string outcome;  // "ok", "retry", "dead", "released", "buried", "finished"
-  int http_status = 0;  // 0: no response
-  std::string error;    // excerpt; empty on success
 };
 
 }  // namespace delayd::engine

@@ -474,8 +474,6 @@ void Engine::Delete(Client* c, uint64_t id, Done done) {
   if (!found.ok()) return done(found.status());
   Job* j = found.value();
   const bool held = j->state == JobState::kReserved;
-  Detach(j);
-  ++j->tube->deletes;
   // Deleting the job one holds finishes it; deleting any other job cancels
   // it, exactly as DELETE /v1/jobs/{id} does: a job that never ran is never
   // reported done, and its key is free at once.
@@ -483,6 +481,8 @@ void Engine::Delete(Client* c, uint64_t id, Done done) {
 }
 
 void Engine::Cancel(Job* j, Done done) {
+  Detach(j);
+  ++j->tube->deletes;
   j->state = JobState::kDeleting;
   if (j->extra) j->extra->cancelled = true;
   Write(j, Mutation::Delete(j->id), std::move(done));
@@ -492,6 +492,8 @@ void Engine::Cancel(Job* j, Done done) {
 // (store::Durability::kWritten): lost to a power cut, each could only bring
 // the job back to be delivered again, which at-least-once allows.
 void Engine::Finish(Job* j, Done done) {
+  Detach(j);
+  ++j->tube->deletes;
   j->state = JobState::kDeleting;
   if (!j->extra) {
     Write(j, Mutation::Delete(j->id).Written(), std::move(done));
@@ -506,6 +508,10 @@ void Engine::Finish(Job* j, Done done) {
 void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms, Done done) {
   Job* j = ReservedBy(c, id);
   if (j == nullptr) return done(Status::NotFound("job not reserved by this client"));
+  Requeue(j, priority, delay_ms, std::move(done));
+}
+
+void Engine::Requeue(Job* j, uint32_t priority, int64_t delay_ms, Done done) {
   Detach(j);
   j->priority = priority;
   j->delay_ms = delay_ms;
@@ -522,6 +528,10 @@ void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms
 void Engine::Bury(Client* c, uint64_t id, uint32_t priority, Done done) {
   Job* j = ReservedBy(c, id);
   if (j == nullptr) return done(Status::NotFound("job not reserved by this client"));
+  BuryHeld(j, priority, std::move(done));
+}
+
+void Engine::BuryHeld(Job* j, uint32_t priority, Done done) {
   Detach(j);
   j->priority = priority;
   ++j->counters.buries;
@@ -544,9 +554,16 @@ void Engine::KickJob(uint64_t id, Done done) {
     return j.state == JobState::kBuried || j.state == JobState::kDelayed;
   });
   if (!found.ok()) return done(found.status());
-  Job* j = found.value();
+  KickOne(found.value(), /*fresh_budget=*/false, std::move(done));
+}
+
+void Engine::KickOne(Job* j, bool fresh_budget, Done done) {
   Detach(j);
   ++j->counters.kicks;
+  if (fresh_budget) {
+    j->counters.reserves = 0;
+    j->due_ms = clock_.WallMillis();
+  }
   MakeReady(j);
   Write(j, Mutation::Update(Record(*j)), std::move(done));
 }
@@ -586,10 +603,7 @@ void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>
   };
   auto join = std::make_shared<Join>(Join{kicked.size(), 0, Status::Ok(), std::move(done)});
   for (Job* j : kicked) {
-    Detach(j);
-    ++j->counters.kicks;
-    MakeReady(j);
-    Write(j, Mutation::Update(Record(*j)), [join](const Status& s) {
+    KickOne(j, /*fresh_budget=*/false, [join](const Status& s) {
       if (s.ok()) {
         ++join->kicked;
       } else {

@@ -166,11 +166,10 @@ class Engine {
   // Reserves the topic's next due push job for the dispatcher; nullopt when
   // none is ready or the topic is paused.
   std::optional<PushLease> TakePush(const std::string& topic);
-  // Reports a delivery. Stale reports (the lease ran out) are ignored.
-  // retry_delay_ms: nullopt after success; else the job is delayed by it,
-  // or buried as a dead letter when `dead`.
-  void PushDone(uint64_t id, uint32_t attempt, const Attempt& a, bool success, bool dead,
-                int64_t retry_delay_ms, Done done);
+  // Records a delivery: `a.number` names the lease (kConflict when it ran
+  // out), `a.outcome` what follows: the job finishes (kOk), is delayed by
+  // `retry_delay_ms` (kRetry) or is buried as a dead letter (kDead).
+  void PushDone(uint64_t id, const Attempt& a, int64_t retry_delay_ms, Done done);
   std::shared_ptr<const TopicSettings> SettingsOf(const std::string& topic) const {
     Tube* t = FindTube(topic);
     return t != nullptr ? t->settings : nullptr;
@@ -212,11 +211,21 @@ class Engine {
               std::shared_ptr<const JobSpec> spec = nullptr);
   JobInfo Info(const Job& j) const;
   static JobInfo Info(store::JobRecord r);
-  // Finishes `j`: a done record when it has extras, else gone.
+  // The transitions. Each changes memory, then writes the change (Write);
+  // every front door goes through them.
+  // ready -> reserved by `holder` for `ttr_ms` (not stored).
+  void Hold(Job* j, Client* holder, int64_t ttr_ms);
+  // reserved -> finished: a done record when it has extras, else gone.
   void Finish(Job* j, Done done);
-  // Cancels `j` (detached): gone from the store with no record, its key free.
+  // not reserved -> gone from the store with no record, its key free.
   void Cancel(Job* j, Done done);
-  void AppendAttempt(Job* j, const Attempt& a);
+  // reserved -> ready, or delayed by `delay_ms`.
+  void Requeue(Job* j, uint32_t priority, int64_t delay_ms, Done done);
+  // reserved -> buried.
+  void BuryHeld(Job* j, uint32_t priority, Done done);
+  // buried or delayed -> ready; `fresh_budget` also restarts its attempts
+  // (a dead letter retried).
+  void KickOne(Job* j, bool fresh_budget, Done done);
   // The topic's defaults applied to a job being created in `t`.
   void ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const;
   void SetExtra(Job* j, const store::JobRecord& r, std::shared_ptr<const JobSpec> spec = nullptr);
@@ -243,6 +252,7 @@ class Engine {
 
   // Waiters.
   void Serve(Tube* t);
+  // Hands `j` to the waiting client `c`.
   void Grant(Client* c, Job* j);
   void StopWaiting(Client* c);
   void ScheduleClient(Client* c);

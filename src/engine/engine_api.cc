@@ -273,12 +273,7 @@ void Engine::Modify(uint64_t id, const JobPatch& p, Done done) {
 
 void Engine::Remove(uint64_t id, Done done) {
   auto found = FindOrLoad(id, [](const Job& j) { return j.state != JobState::kReserved; });
-  if (found.ok()) {
-    Job* j = found.value();
-    Detach(j);
-    ++j->tube->deletes;
-    return Cancel(j, std::move(done));
-  }
+  if (found.ok()) return Cancel(found.value(), std::move(done));
   if (found.status().code() != StatusCode::kNotFound || jobs_.count(id)) {
     return done(found.status());
   }
@@ -311,12 +306,7 @@ void Engine::Retry(uint64_t id, Done done) {
   if (j->state != JobState::kBuried) {
     return done(Status::Conflict(std::string("job is not a dead letter (buried)")));
   }
-  Detach(j);
-  ++j->counters.kicks;
-  j->counters.reserves = 0;  // a fresh attempt budget
-  j->due_ms = clock_.WallMillis();
-  MakeReady(j);
-  Write(j, Mutation::Update(Record(*j)), std::move(done));
+  KickOne(j, /*fresh_budget=*/true, std::move(done));
 }
 
 // ---------------------------------------------------------------- HTTP pull
@@ -340,13 +330,11 @@ void Engine::SettleHttp(uint64_t id, uint32_t lease, Settle how, uint32_t priori
   }
   switch (how) {
     case Settle::kFinish:
-      Detach(j);
-      ++j->tube->deletes;
       return Finish(j, std::move(done));
     case Settle::kRelease:
-      return Release(http_holder_, id, priority, delay_ms, std::move(done));
+      return Requeue(j, priority, delay_ms, std::move(done));
     case Settle::kBury:
-      return Bury(http_holder_, id, priority, std::move(done));
+      return BuryHeld(j, priority, std::move(done));
     case Settle::kTouch:
       return done(Touch(http_holder_, id));
   }

@@ -225,15 +225,19 @@ void Engine::Serve(Tube* t) {
 
 void Engine::Grant(Client* c, Job* j) {
   StopWaiting(c);
+  Hold(j, c, j->ttr_ms);
+  c->observer->OnReserved(View(*j));
+}
+
+void Engine::Hold(Job* j, Client* holder, int64_t ttr_ms) {
   Detach(j);
   j->state = JobState::kReserved;
-  j->reserver = c;
+  j->reserver = holder;
   ++j->tube->reserved;
   ++j->counters.reserves;
-  j->deadline_us = clock_.SteadyMicros() + j->ttr_ms * 1000;
-  c->reserved.insert(j);
+  j->deadline_us = clock_.SteadyMicros() + ttr_ms * 1000;
+  holder->reserved.insert(j);
   Schedule(j->timer, TickAtSteady(j->deadline_us));
-  c->observer->OnReserved(View(*j));
 }
 
 void Engine::StopWaiting(Client* c) {

@@ -508,14 +508,13 @@ TEST_F(EngineTest, AFailedWriteOfEveryKindOfChangeLeavesTheJobAsTheStoreHasIt) {
     EXPECT_TRUE(lease.has_value());
     return id;
   };
-  auto push_done = [&](const char* outcome, bool success, bool dead) {
-    return [&, outcome, success, dead](uint64_t id) {
+  auto push_done = [&](AttemptOutcome outcome) {
+    return [&, outcome](uint64_t id) {
       Attempt a;
+      a.number = lease->attempt;
       a.outcome = outcome;
       a.http_status = 500;
-      return Await([&](Engine::Done d) {
-        engine_->PushDone(id, lease->attempt, a, success, dead, 2000, d);
-      });
+      return Await([&](Engine::Done d) { engine_->PushDone(id, a, 2000, d); });
     };
   };
   auto status_of = [](const Result<uint64_t>& x) { return x.status(); };
@@ -600,9 +599,9 @@ TEST_F(EngineTest, AFailedWriteOfEveryKindOfChangeLeavesTheJobAsTheStoreHasIt) {
          });
        },
        "ready"},
-      {"push delivered", pushing, push_done("ok", true, false), "ready"},
-      {"push failed, retried later", pushing, push_done("retry", false, false), "ready"},
-      {"push failed, dead letter", pushing, push_done("dead", false, true), "ready"},
+      {"push delivered", pushing, push_done(AttemptOutcome::kOk), "ready"},
+      {"push failed, retried later", pushing, push_done(AttemptOutcome::kRetry), "ready"},
+      {"push failed, dead letter", pushing, push_done(AttemptOutcome::kDead), "ready"},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
@@ -680,16 +679,14 @@ TEST_F(EngineTest, AttemptLogKeepsTheLatestAttemptsAndTheLastError) {
     std::optional<PushLease> lease = engine_->TakePush("push");
     ASSERT_TRUE(lease.has_value()) << "attempt " << i;
     ASSERT_EQ(lease->attempt, static_cast<uint32_t>(i));
-    Attempt a{.started_ms = 1000 * i,
+    const bool last = i == 5;
+    Attempt a{.number = lease->attempt,
+              .started_ms = 1000 * i,
               .duration_ms = 7,
-              .outcome = "retry",
+              .outcome = last ? AttemptOutcome::kOk : AttemptOutcome::kRetry,
               .http_status = 503,
               .error = "HTTP 503: \"busy\" #" + std::to_string(i)};
-    const bool last = i == 5;
-    EXPECT_TRUE(Await([&](Engine::Done d) {
-                  engine_->PushDone(id, lease->attempt, a, /*success=*/last, false, 0,
-                                    std::move(d));
-                }).ok());
+    EXPECT_TRUE(Await([&](Engine::Done d) { engine_->PushDone(id, a, 0, std::move(d)); }).ok());
   }
   Result<JobInfo> info = engine_->GetJob(id);
   ASSERT_TRUE(info.ok());

@@ -558,19 +558,14 @@ void Api::Attempts(Call& c) {
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto info = engine_.GetJob(*id);
   if (!info.ok()) return c.reply(ProblemResponse(info.status()));
-  Result<json> parsed = ParseJson(info->record.attempt_log, "attempt_log");
-  json log = parsed.ok() ? std::move(*parsed) : json::array();
   json out = json::array();
-  if (log.is_array()) {
-    for (json& a : log) {
-      out.push_back(
-          {{"attempt", a.value("attempt", 0)},
-           {"started_at", FormatRfc3339Ms(a.value("started_ms", int64_t{0}))},
-           {"duration_ms", a.value("duration_ms", 0)},
-           {"outcome", a.value("outcome", "")},
-           {"http_status", a.value("http_status", 0) ? json(a["http_status"]) : json(nullptr)},
-           {"error", a.value("error", "").empty() ? json(nullptr) : a["error"]}});
-    }
+  for (const engine::Attempt& a : engine::ReadAttempts(info->record.attempt_log)) {
+    out.push_back({{"attempt", a.number},
+                   {"started_at", FormatRfc3339Ms(a.started_ms)},
+                   {"duration_ms", a.duration_ms},
+                   {"outcome", engine::OutcomeName(a.outcome)},
+                   {"http_status", a.http_status != 0 ? json(a.http_status) : json(nullptr)},
+                   {"error", a.error.empty() ? json(nullptr) : json(a.error)}});
   }
   c.reply(JsonResponse(200, {{"job_id", *id}, {"attempts", std::move(out)}}));
 }
