@@ -16,78 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-enum RouteId : size_t {
-  kHealth,
-  kOpenApi,
-  kStats,
-  kSubmit,
-  kByKey,
-  kReserve,
-  kTopics,
-  kGetTopic,
-  kPutTopic,
-  kPause,
-  kResume,
-  kList,
-  kGetJob,
-  kPatchJob,
-  kDeleteJob,
-  kRunNow,
-  kKick,
-  kRetry,
-  kFinish,
-  kRelease,
-  kBury,
-  kTouch,
-  kAttempts,
-  kTimerPreview,
-  kTimerCreate,
-  kTimerList,
-  kTimerGet,
-  kTimerPatch,
-  kTimerDelete,
-  kTimerPause,
-  kTimerResume,
-  kTimerNext,
-  kTimerFires,
-};
-
-const std::vector<RouteSpec> kRoutes = {
-    {"GET", "/healthz"},
-    {"GET", "/v1/openapi.json"},
-    {"GET", "/v1/stats"},
-    {"POST", "/v1/topics/{topic}/jobs"},
-    {"GET", "/v1/topics/{topic}/keys/{key}"},
-    {"POST", "/v1/topics/{topic}/reserve"},
-    {"GET", "/v1/topics"},
-    {"GET", "/v1/topics/{topic}"},
-    {"PUT", "/v1/topics/{topic}"},
-    {"POST", "/v1/topics/{topic}/pause"},
-    {"POST", "/v1/topics/{topic}/resume"},
-    {"GET", "/v1/jobs"},
-    {"GET", "/v1/jobs/{id}"},
-    {"PATCH", "/v1/jobs/{id}"},
-    {"DELETE", "/v1/jobs/{id}"},
-    {"POST", "/v1/jobs/{id}/run-now"},
-    {"POST", "/v1/jobs/{id}/kick"},
-    {"POST", "/v1/jobs/{id}/retry"},
-    {"POST", "/v1/jobs/{id}/finish"},
-    {"POST", "/v1/jobs/{id}/release"},
-    {"POST", "/v1/jobs/{id}/bury"},
-    {"POST", "/v1/jobs/{id}/touch"},
-    {"GET", "/v1/jobs/{id}/attempts"},
-    {"POST", "/v1/timers/preview"},
-    {"POST", "/v1/timers"},
-    {"GET", "/v1/timers"},
-    {"GET", "/v1/timers/{id}"},
-    {"PATCH", "/v1/timers/{id}"},
-    {"DELETE", "/v1/timers/{id}"},
-    {"POST", "/v1/timers/{id}/pause"},
-    {"POST", "/v1/timers/{id}/resume"},
-    {"GET", "/v1/timers/{id}/next"},
-    {"GET", "/v1/timers/{id}/fires"},
-};
-
 std::vector<std::string_view> Split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
   size_t start = 0;
@@ -263,7 +191,63 @@ Response ProblemResponse(const Status& s) {
   return Problem(k.http, k.slug, k.title, s.message(), s.field());
 }
 
-const std::vector<RouteSpec>& Api::Routes() { return kRoutes; }
+// The routes: method, path pattern and handler, in one table. The first
+// pattern that matches the path decides; a path matched with another method
+// is a 405.
+const std::vector<Api::Route>& Api::Table() {
+  using S = engine::Engine::Settle;
+  static const std::vector<Route> table = {
+      {{"GET", "/healthz"},
+       [](Api&, Call& c) {
+         c.reply(JsonResponse(200, {{"status", "ok"}}));
+       }},
+      {{"GET", "/v1/openapi.json"},
+       [](Api&, Call& c) {
+         c.reply(Response{200, "application/json", {}, OpenApiDocument()});
+       }},
+      {{"GET", "/v1/stats"}, [](Api& a, Call& c) { a.Stats(c); }},
+      {{"POST", "/v1/topics/{topic}/jobs"}, [](Api& a, Call& c) { a.SubmitJobs(c); }},
+      {{"GET", "/v1/topics/{topic}/keys/{key}"}, [](Api& a, Call& c) { a.GetByKey(c); }},
+      {{"POST", "/v1/topics/{topic}/reserve"}, [](Api& a, Call& c) { a.Reserve(c); }},
+      {{"GET", "/v1/topics"}, [](Api& a, Call& c) { a.ListTopics(c); }},
+      {{"GET", "/v1/topics/{topic}"}, [](Api& a, Call& c) { a.GetTopic(c); }},
+      {{"PUT", "/v1/topics/{topic}"}, [](Api& a, Call& c) { a.PutTopic(c); }},
+      {{"POST", "/v1/topics/{topic}/pause"}, [](Api& a, Call& c) { a.PauseTopic(c, true); }},
+      {{"POST", "/v1/topics/{topic}/resume"}, [](Api& a, Call& c) { a.PauseTopic(c, false); }},
+      {{"GET", "/v1/jobs"}, [](Api& a, Call& c) { a.ListJobs(c); }},
+      {{"GET", "/v1/jobs/{id}"}, [](Api& a, Call& c) { a.GetJob(c); }},
+      {{"PATCH", "/v1/jobs/{id}"}, [](Api& a, Call& c) { a.PatchJob(c); }},
+      {{"DELETE", "/v1/jobs/{id}"}, [](Api& a, Call& c) { a.DeleteJob(c); }},
+      {{"POST", "/v1/jobs/{id}/run-now"}, [](Api& a, Call& c) { a.Action(c, "run-now"); }},
+      {{"POST", "/v1/jobs/{id}/kick"}, [](Api& a, Call& c) { a.Action(c, "kick"); }},
+      {{"POST", "/v1/jobs/{id}/retry"}, [](Api& a, Call& c) { a.Action(c, "retry"); }},
+      {{"POST", "/v1/jobs/{id}/finish"}, [](Api& a, Call& c) { a.Settle(c, S::kFinish); }},
+      {{"POST", "/v1/jobs/{id}/release"}, [](Api& a, Call& c) { a.Settle(c, S::kRelease); }},
+      {{"POST", "/v1/jobs/{id}/bury"}, [](Api& a, Call& c) { a.Settle(c, S::kBury); }},
+      {{"POST", "/v1/jobs/{id}/touch"}, [](Api& a, Call& c) { a.Settle(c, S::kTouch); }},
+      {{"GET", "/v1/jobs/{id}/attempts"}, [](Api& a, Call& c) { a.Attempts(c); }},
+      {{"POST", "/v1/timers/preview"}, [](Api& a, Call& c) { a.PreviewTimer(c); }},
+      {{"POST", "/v1/timers"}, [](Api& a, Call& c) { a.CreateTimer(c); }},
+      {{"GET", "/v1/timers"}, [](Api& a, Call& c) { a.ListTimers(c); }},
+      {{"GET", "/v1/timers/{id}"}, [](Api& a, Call& c) { a.GetTimer(c); }},
+      {{"PATCH", "/v1/timers/{id}"}, [](Api& a, Call& c) { a.PatchTimer(c); }},
+      {{"DELETE", "/v1/timers/{id}"}, [](Api& a, Call& c) { a.DeleteTimer(c); }},
+      {{"POST", "/v1/timers/{id}/pause"}, [](Api& a, Call& c) { a.SetTimerActive(c, false); }},
+      {{"POST", "/v1/timers/{id}/resume"}, [](Api& a, Call& c) { a.SetTimerActive(c, true); }},
+      {{"GET", "/v1/timers/{id}/next"}, [](Api& a, Call& c) { a.NextFires(c); }},
+      {{"GET", "/v1/timers/{id}/fires"}, [](Api& a, Call& c) { a.TimerFires(c); }},
+  };
+  return table;
+}
+
+const std::vector<RouteSpec>& Api::Routes() {
+  static const std::vector<RouteSpec> specs = [] {
+    std::vector<RouteSpec> out;
+    for (const Route& r : Table()) out.push_back(r.spec);
+    return out;
+  }();
+  return specs;
+}
 
 Api::Api(boost::asio::io_context& io, engine::Engine& engine, const Clock& clock,
          delivery::Dispatcher* dispatcher, std::function<json()> server_stats, ApiOptions options,
@@ -285,11 +269,11 @@ void Api::Handle(Request req, Reply reply) {
     return reply(std::move(r));
   }
   bool path_known = false;
-  for (size_t i = 0; i < kRoutes.size(); ++i) {
+  for (const Route& route : Table()) {
     Params params;
-    if (!Match(kRoutes[i].pattern, req.path, &params)) continue;
+    if (!Match(route.spec.pattern, req.path, &params)) continue;
     path_known = true;
-    if (req.method != kRoutes[i].method) continue;
+    if (req.method != route.spec.method) continue;
     Call c{std::move(req), std::move(params), {}, std::move(reply)};
     if (!c.req.query.empty()) {
       for (std::string_view part : Split(c.req.query, '&')) {
@@ -303,7 +287,7 @@ void Api::Handle(Request req, Reply reply) {
         c.query.emplace_back(std::move(*k), std::move(*v));
       }
     }
-    return Dispatch(i, c);
+    return Dispatch(route, c);
   }
   if (path_known) {
     return reply(Problem(405, "method-not-allowed", "Method not allowed",
@@ -312,82 +296,16 @@ void Api::Handle(Request req, Reply reply) {
   reply(Problem(404, "not-found", "Not found", "no route " + req.path));
 }
 
-void Api::Dispatch(size_t route, Call& c) {
-  if (std::string_view(kRoutes[route].pattern).rfind("/v1/topics/{topic}", 0) == 0) {
+void Api::Dispatch(const Route& route, Call& c) {
+  const std::string_view pattern = route.spec.pattern;
+  if (pattern.rfind("/v1/topics/{topic}", 0) == 0) {
     Status s = CheckTopicName(c.params[0]);
     if (!s.ok()) return c.reply(ProblemResponse(s));
   }
-  if (std::string_view(kRoutes[route].pattern).rfind("/v1/timers", 0) == 0 && timers_ == nullptr) {
+  if (pattern.rfind("/v1/timers", 0) == 0 && timers_ == nullptr) {
     return c.reply(ProblemResponse(Status::Unavailable("timers are not running on this server")));
   }
-  switch (static_cast<RouteId>(route)) {
-    case kHealth:
-      return c.reply(JsonResponse(200, {{"status", "ok"}}));
-    case kOpenApi:
-      return c.reply(Response{200, "application/json", {}, OpenApiDocument()});
-    case kStats:
-      return Stats(c);
-    case kSubmit:
-      return SubmitJobs(c);
-    case kByKey:
-      return GetByKey(c);
-    case kReserve:
-      return Reserve(c);
-    case kTopics:
-      return ListTopics(c);
-    case kGetTopic:
-      return GetTopic(c);
-    case kPutTopic:
-      return PutTopic(c);
-    case kPause:
-      return PauseTopic(c, true);
-    case kResume:
-      return PauseTopic(c, false);
-    case kList:
-      return ListJobs(c);
-    case kGetJob:
-      return GetJob(c);
-    case kPatchJob:
-      return PatchJob(c);
-    case kDeleteJob:
-      return DeleteJob(c);
-    case kRunNow:
-      return Action(c, "run-now");
-    case kKick:
-      return Action(c, "kick");
-    case kRetry:
-      return Action(c, "retry");
-    case kFinish:
-      return Settle(c, engine::Engine::Settle::kFinish);
-    case kRelease:
-      return Settle(c, engine::Engine::Settle::kRelease);
-    case kBury:
-      return Settle(c, engine::Engine::Settle::kBury);
-    case kTouch:
-      return Settle(c, engine::Engine::Settle::kTouch);
-    case kAttempts:
-      return Attempts(c);
-    case kTimerPreview:
-      return PreviewTimer(c);
-    case kTimerCreate:
-      return CreateTimer(c);
-    case kTimerList:
-      return ListTimers(c);
-    case kTimerGet:
-      return GetTimer(c);
-    case kTimerPatch:
-      return PatchTimer(c);
-    case kTimerDelete:
-      return DeleteTimer(c);
-    case kTimerPause:
-      return SetTimerActive(c, false);
-    case kTimerResume:
-      return SetTimerActive(c, true);
-    case kTimerNext:
-      return NextFires(c);
-    case kTimerFires:
-      return TimerFires(c);
-  }
+  route.handle(*this, c);
 }
 
 void Api::ReplyJob(const Reply& reply, uint64_t id, int status) {

@@ -65,7 +65,12 @@ class Api final : public Handler {
     std::vector<std::pair<std::string, std::string>> query;
     Reply reply;
   };
-  void Dispatch(size_t route, Call& c);
+  struct Route {
+    RouteSpec spec;
+    void (*handle)(Api&, Call&);
+  };
+  static const std::vector<Route>& Table();
+  void Dispatch(const Route& route, Call& c);
   void SubmitJobs(Call& c);
   void GetJob(Call& c);
   void PatchJob(Call& c);
