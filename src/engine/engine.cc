@@ -228,9 +228,10 @@ void Engine::Resync(Job* j) {
     // The store can neither write nor read: what it holds is unknown, so the
     // job leaves memory rather than show a state the store may not have. A
     // restart reads it back.
-    spdlog::error("job {}: a write failed and reading it back failed too ({}); it is out of "
-                  "service until a restart",
-                  j->id, read.status().ToString());
+    spdlog::error(
+        "job {}: a write failed and reading it back failed too ({}); it is out of "
+        "service until a restart",
+        j->id, read.status().ToString());
     Detach(j);
     j->state = JobState::kDeleting;
     return;

@@ -6,8 +6,8 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "store/sqlite/sqlite_store.h"
 #include "store/testing/flaky_store.h"
@@ -441,9 +441,9 @@ std::string Fingerprint(Engine& e, uint64_t id) {
   if (!info.ok()) return info.status().ToString();
   const store::JobRecord& r = info->record;
   std::ostringstream out;
-  out << StateName(info->state) << " pri=" << r.priority << " due=" << r.due_ms << " delay=" << r.delay_ms
-      << " ttr=" << r.ttr_ms << " run_at=" << r.run_at_ms << " body=" << r.body
-      << " key=" << r.key << " spec=" << r.spec << " log=" << r.attempt_log
+  out << StateName(info->state) << " pri=" << r.priority << " due=" << r.due_ms
+      << " delay=" << r.delay_ms << " ttr=" << r.ttr_ms << " run_at=" << r.run_at_ms
+      << " body=" << r.body << " key=" << r.key << " spec=" << r.spec << " log=" << r.attempt_log
       << " error=" << r.last_error << " releases=" << r.counters.releases
       << " buries=" << r.counters.buries << " kicks=" << r.counters.kicks;
   return out.str();
@@ -543,7 +543,9 @@ TEST_F(EngineTest, AFailedWriteOfEveryKindOfChangeLeavesTheJobAsTheStoreHasIt) {
        },
        "ready"},
       {"release now", reserved,
-       [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->Release(c, id, 7, 0, d); }); },
+       [&](uint64_t id) {
+         return Await([&](Engine::Done d) { engine_->Release(c, id, 7, 0, d); });
+       },
        "ready"},
       {"bury", reserved,
        [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->Bury(c, id, 9, d); }); },
@@ -587,9 +589,8 @@ TEST_F(EngineTest, AFailedWriteOfEveryKindOfChangeLeavesTheJobAsTheStoreHasIt) {
        "buried"},
       {"HTTP finish", http_held,
        [&](uint64_t id) {
-         return Await([&](Engine::Done d) {
-           engine_->SettleHttp(id, 0, Engine::Settle::kFinish, 0, 0, d);
-         });
+         return Await(
+             [&](Engine::Done d) { engine_->SettleHttp(id, 0, Engine::Settle::kFinish, 0, 0, d); });
        },
        "ready"},
       {"HTTP release", http_held,

@@ -62,7 +62,7 @@ struct Job {
   // One of those writes failed: once the last is answered, memory takes the
   // store's record again (Engine::Resync).
   bool diverged = false;
-  EngineTimer timer;            // due time when delayed, ttr deadline when reserved
+  EngineTimer timer;  // due time when delayed, ttr deadline when reserved
   std::unique_ptr<JobExtra> extra;
 
   // A push job is delivered by the dispatcher; pull consumers never see it.

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "common/status.h"
@@ -41,94 +42,77 @@ enum class Durability : uint8_t {
   kWritten,
 };
 
+// The changes a mutation can make, one struct each.
+namespace change {
+struct InsertJob {
+  JobRecord job;
+};
+struct UpdateJob {  // every field but body, key and spec
+  JobRecord job;
+};
+struct ReplaceJob {  // every field
+  JobRecord job;
+};
+struct DeleteJob {
+  uint64_t id = 0;
+};
+struct PauseTube {
+  std::string tube;
+  int64_t pause_ms = 0;    // the pause length asked for
+  int64_t unpause_ms = 0;  // wall ms when the pause ends; 0 with pause_ms 0 resumes
+};
+struct SetTopicSettings {
+  std::string tube;
+  std::string settings;  // stored form; empty removes them
+};
+struct PurgeDone {  // removes done jobs that finished before `before_ms`
+  int64_t before_ms = 0;
+};
+struct PutTimer {  // inserts or replaces `timer` (by id); fails on a taken name
+  TimerRecord timer;
+};
+struct DeleteTimer {  // removes the timer and its fires
+  uint64_t id = 0;
+};
+// Sets the timer's next and last fire times and records `fires`; fails if
+// one of those fire times was recorded before.
+struct AdvanceTimer {
+  uint64_t id = 0;
+  int64_t next_fire_ms = 0;
+  int64_t last_fire_ms = 0;
+  std::vector<TimerFire> fires;
+};
+}  // namespace change
+
 struct Mutation {
-  enum class Kind : uint8_t {
-    kInsert,
-    kUpdate,   // every field but body, key and spec
-    kReplace,  // every field
-    kDelete,
-    kPauseTube,
-    kTopicSettings,
-    kPurgeDone,     // removes done jobs that finished before `before_ms`
-    kTimerPut,      // inserts or replaces `timer` (by id); fails on a taken name
-    kTimerDelete,   // removes timer `id` and its fires
-    kTimerAdvance,  // sets `timer`'s next and last fire times and records `fires`;
-                    // fails if one of those fire times was recorded before
-  };
-  Kind kind = Kind::kInsert;
+  using Change =
+      std::variant<change::InsertJob, change::UpdateJob, change::ReplaceJob, change::DeleteJob,
+                   change::PauseTube, change::SetTopicSettings, change::PurgeDone, change::PutTimer,
+                   change::DeleteTimer, change::AdvanceTimer>;
+  Change change;
   Durability durability = Durability::kSynced;
-  JobRecord job;                 // kInsert, kUpdate, kReplace
-  uint64_t id = 0;               // kDelete
-  std::string tube;              // kPauseTube, kTopicSettings
-  int64_t pause_ms = 0;          // kPauseTube: the pause length asked for
-  int64_t unpause_ms = 0;        // kPauseTube: wall ms when the pause ends
-  std::string settings;          // kTopicSettings: stored form; empty removes them
-  int64_t before_ms = 0;         // kPurgeDone
-  TimerRecord timer;             // kTimerPut; kTimerAdvance: id, next_fire_ms, last_fire_ms
-  std::vector<TimerFire> fires;  // kTimerAdvance
 
   // This mutation, acknowledged once written rather than once synced.
   Mutation Written() && {
     durability = Durability::kWritten;
     return std::move(*this);
   }
-  static Mutation Insert(JobRecord j) { return Of(Kind::kInsert, std::move(j)); }
-  static Mutation Update(JobRecord j) { return Of(Kind::kUpdate, std::move(j)); }
-  static Mutation Replace(JobRecord j) { return Of(Kind::kReplace, std::move(j)); }
+  static Mutation Insert(JobRecord j) { return {change::InsertJob{std::move(j)}}; }
+  static Mutation Update(JobRecord j) { return {change::UpdateJob{std::move(j)}}; }
+  static Mutation Replace(JobRecord j) { return {change::ReplaceJob{std::move(j)}}; }
+  static Mutation Delete(uint64_t id) { return {change::DeleteJob{id}}; }
+  static Mutation PauseTube(std::string tube, int64_t pause_ms, int64_t unpause_ms) {
+    return {change::PauseTube{std::move(tube), pause_ms, unpause_ms}};
+  }
   static Mutation TopicSettings(std::string tube, std::string settings) {
-    Mutation m;
-    m.kind = Kind::kTopicSettings;
-    m.tube = std::move(tube);
-    m.settings = std::move(settings);
-    return m;
+    return {change::SetTopicSettings{std::move(tube), std::move(settings)}};
   }
-  static Mutation PurgeDone(int64_t before_ms) {
-    Mutation m;
-    m.kind = Kind::kPurgeDone;
-    m.before_ms = before_ms;
-    return m;
-  }
-  static Mutation Of(Kind kind, JobRecord j) {
-    Mutation m;
-    m.kind = kind;
-    m.job = std::move(j);
-    return m;
-  }
-  static Mutation Delete(uint64_t id) {
-    Mutation m;
-    m.kind = Kind::kDelete;
-    m.id = id;
-    return m;
-  }
-  static Mutation TimerPut(TimerRecord t) {
-    Mutation m;
-    m.kind = Kind::kTimerPut;
-    m.timer = std::move(t);
-    return m;
-  }
-  static Mutation TimerDelete(uint64_t id) {
-    Mutation m;
-    m.kind = Kind::kTimerDelete;
-    m.id = id;
-    return m;
-  }
+  static Mutation PurgeDone(int64_t before_ms) { return {change::PurgeDone{before_ms}}; }
+  static Mutation TimerPut(TimerRecord t) { return {change::PutTimer{std::move(t)}}; }
+  static Mutation TimerDelete(uint64_t id) { return {change::DeleteTimer{id}}; }
   static Mutation TimerAdvance(uint64_t id, int64_t next_fire_ms, int64_t last_fire_ms,
                                std::vector<TimerFire> fires) {
-    Mutation m;
-    m.kind = Kind::kTimerAdvance;
-    m.timer.id = id;
-    m.timer.next_fire_ms = next_fire_ms;
-    m.timer.last_fire_ms = last_fire_ms;
-    m.fires = std::move(fires);
-    return m;
-  }
-  static Mutation PauseTube(std::string tube, int64_t pause_ms, int64_t unpause_ms) {
-    Mutation m;
-    m.kind = Kind::kPauseTube;
-    m.tube = std::move(tube);
-    m.pause_ms = pause_ms;
-    m.unpause_ms = unpause_ms;
-    return m;
+    return {change::AdvanceTimer{id, next_fire_ms, last_fire_ms, std::move(fires)}};
   }
 };
 

@@ -44,9 +44,9 @@ std::string JobStatsYaml(const engine::JobStats& s) {
   return fmt::format(
       "---\nid: {}\ntube: {}\nstate: {}\npri: {}\nage: {}\ndelay: {}\nttr: {}\ntime-left: {}\n"
       "file: 0\nreserves: {}\ntimeouts: {}\nreleases: {}\nburies: {}\nkicks: {}\n",
-      s.id, s.tube, engine::StateName(s.state), s.priority, s.age_s, s.delay_s, s.ttr_s, s.time_left_s,
-      s.counters.reserves, s.counters.timeouts, s.counters.releases, s.counters.buries,
-      s.counters.kicks);
+      s.id, s.tube, engine::StateName(s.state), s.priority, s.age_s, s.delay_s, s.ttr_s,
+      s.time_left_s, s.counters.reserves, s.counters.timeouts, s.counters.releases,
+      s.counters.buries, s.counters.kicks);
 }
 
 std::string TubeStatsYaml(const engine::TubeStats& s) {

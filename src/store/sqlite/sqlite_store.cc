@@ -694,8 +694,8 @@ void SqliteStore::CheckpointerLoop() {
       if (checkpoint_stopping_) return;
       checkpoint_wanted_ = false;
     }
-    int rc = sqlite3_wal_checkpoint_v2(checkpoint_db_, "main", SQLITE_CHECKPOINT_PASSIVE,
-                                       nullptr, nullptr);
+    int rc = sqlite3_wal_checkpoint_v2(checkpoint_db_, "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
+                                       nullptr);
     if (rc == SQLITE_OK) {
       finish_checkpoint_ = true;  // whatever the writer added meanwhile
     } else if (rc != SQLITE_BUSY) {
@@ -747,89 +747,107 @@ void SqliteStore::CloseLogFile() {
   log_file_.reset();
 }
 
+namespace {
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+}  // namespace
+
 Status SqliteStore::Apply(const Mutation& m, uint64_t* max_id) {
   Statements& st = *write_stmts_;
-  const JobRecord& j = m.job;
-  switch (m.kind) {
-    case Mutation::Kind::kInsert:
-    case Mutation::Kind::kReplace: {
-      Stmt& q = m.kind == Mutation::Kind::kInsert ? st.insert : st.replace;
-      q.Bind(1, static_cast<int64_t>(j.id));
-      BindMutable(q, 2, j);
-      q.Bind(16, j.tube);
-      q.Bind(17, j.created_ms);
-      q.BindOptional(18, j.key);
-      q.BindOptional(19, j.spec);
-      q.BindBlob(20, j.body);
-      q.Bind(21, j.run_at_ms);
-      *max_id = std::max(*max_id, j.id);
-      return q.Run(m.kind == Mutation::Kind::kInsert ? "insert job" : "replace job");
-    }
-    case Mutation::Kind::kUpdate:
-      st.update.Bind(1, static_cast<int64_t>(j.id));
-      BindMutable(st.update, 2, j);
-      return st.update.Run("update job");
-    case Mutation::Kind::kDelete:
-      st.remove.Bind(1, static_cast<int64_t>(m.id));
-      return st.remove.Run("delete job");
-    case Mutation::Kind::kPauseTube:
-      st.pause.Bind(1, m.tube);
-      st.pause.Bind(2, m.pause_ms);
-      st.pause.Bind(3, m.unpause_ms);
-      return st.pause.Run("pause tube");
-    case Mutation::Kind::kTopicSettings:
-      st.settings.Bind(1, m.tube);
-      st.settings.BindOptional(2, m.settings);
-      return st.settings.Run("topic settings");
-    case Mutation::Kind::kPurgeDone:
-      st.purge.Bind(1, m.before_ms);
-      return st.purge.Run("purge done jobs");
-    case Mutation::Kind::kTimerPut: {
-      const TimerRecord& t = m.timer;
-      st.timer_put.Bind(1, static_cast<int64_t>(t.id));
-      st.timer_put.Bind(2, t.name);
-      st.timer_put.Bind(3, t.definition);
-      st.timer_put.Bind(4, t.next_fire_ms);
-      st.timer_put.Bind(5, t.last_fire_ms);
-      st.timer_put.Bind(6, t.created_ms);
-      Status s = st.timer_put.Run("put timer");
-      // Like job ids, timer ids never repeat: a new timer's fire keys
-      // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
-      if (s.ok()) {
-        st.set_next_timer_id.Bind(1, static_cast<int64_t>(t.id + 1));
-        s = st.set_next_timer_id.Run("set next timer id");
-      }
-      return s;
-    }
-    case Mutation::Kind::kTimerDelete: {
-      st.timer_delete_fires.Bind(1, static_cast<int64_t>(m.id));
-      Status s = st.timer_delete_fires.Run("delete timer fires");
-      if (!s.ok()) return s;
-      st.timer_delete.Bind(1, static_cast<int64_t>(m.id));
-      return st.timer_delete.Run("delete timer");
-    }
-    case Mutation::Kind::kTimerAdvance: {
-      const TimerRecord& t = m.timer;
-      st.timer_advance.Bind(1, static_cast<int64_t>(t.id));
-      st.timer_advance.Bind(2, t.next_fire_ms);
-      st.timer_advance.Bind(3, t.last_fire_ms);
-      Status s = st.timer_advance.Run("advance timer");
-      if (!s.ok()) return s;
-      if (sqlite3_changes(write_db_) == 0) return Status::Conflict("advance timer: no such timer");
-      for (const TimerFire& f : m.fires) {
-        st.fire_insert.Bind(1, static_cast<int64_t>(f.timer_id));
-        st.fire_insert.Bind(2, f.fire_ms);
-        st.fire_insert.Bind(3, static_cast<int64_t>(f.job_id));
-        st.fire_insert.Bind(4, f.outcome);
-        st.fire_insert.Bind(5, f.at_ms);
-        s = st.fire_insert.Run("record timer fire");
-        if (!s.ok()) return s;
-      }
-      st.fire_prune.Bind(1, static_cast<int64_t>(t.id));
-      return st.fire_prune.Run("prune timer fires");
-    }
-  }
-  return Status::Internal("unknown mutation");
+  auto insert_or_replace = [&](Stmt& q, const JobRecord& j, const char* what) {
+    q.Bind(1, static_cast<int64_t>(j.id));
+    BindMutable(q, 2, j);
+    q.Bind(16, j.tube);
+    q.Bind(17, j.created_ms);
+    q.BindOptional(18, j.key);
+    q.BindOptional(19, j.spec);
+    q.BindBlob(20, j.body);
+    q.Bind(21, j.run_at_ms);
+    *max_id = std::max(*max_id, j.id);
+    return q.Run(what);
+  };
+  return std::visit(Overloaded{
+                        [&](const change::InsertJob& c) {
+                          return insert_or_replace(st.insert, c.job, "insert job");
+                        },
+                        [&](const change::ReplaceJob& c) {
+                          return insert_or_replace(st.replace, c.job, "replace job");
+                        },
+                        [&](const change::UpdateJob& c) {
+                          st.update.Bind(1, static_cast<int64_t>(c.job.id));
+                          BindMutable(st.update, 2, c.job);
+                          return st.update.Run("update job");
+                        },
+                        [&](const change::DeleteJob& c) {
+                          st.remove.Bind(1, static_cast<int64_t>(c.id));
+                          return st.remove.Run("delete job");
+                        },
+                        [&](const change::PauseTube& c) {
+                          st.pause.Bind(1, c.tube);
+                          st.pause.Bind(2, c.pause_ms);
+                          st.pause.Bind(3, c.unpause_ms);
+                          return st.pause.Run("pause tube");
+                        },
+                        [&](const change::SetTopicSettings& c) {
+                          st.settings.Bind(1, c.tube);
+                          st.settings.BindOptional(2, c.settings);
+                          return st.settings.Run("topic settings");
+                        },
+                        [&](const change::PurgeDone& c) {
+                          st.purge.Bind(1, c.before_ms);
+                          return st.purge.Run("purge done jobs");
+                        },
+                        [&](const change::PutTimer& c) {
+                          const TimerRecord& t = c.timer;
+                          st.timer_put.Bind(1, static_cast<int64_t>(t.id));
+                          st.timer_put.Bind(2, t.name);
+                          st.timer_put.Bind(3, t.definition);
+                          st.timer_put.Bind(4, t.next_fire_ms);
+                          st.timer_put.Bind(5, t.last_fire_ms);
+                          st.timer_put.Bind(6, t.created_ms);
+                          Status s = st.timer_put.Run("put timer");
+                          // Like job ids, timer ids never repeat: a new timer's fire keys
+                          // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
+                          if (s.ok()) {
+                            st.set_next_timer_id.Bind(1, static_cast<int64_t>(t.id + 1));
+                            s = st.set_next_timer_id.Run("set next timer id");
+                          }
+                          return s;
+                        },
+                        [&](const change::DeleteTimer& c) {
+                          st.timer_delete_fires.Bind(1, static_cast<int64_t>(c.id));
+                          Status s = st.timer_delete_fires.Run("delete timer fires");
+                          if (!s.ok()) return s;
+                          st.timer_delete.Bind(1, static_cast<int64_t>(c.id));
+                          return st.timer_delete.Run("delete timer");
+                        },
+                        [&](const change::AdvanceTimer& c) {
+                          st.timer_advance.Bind(1, static_cast<int64_t>(c.id));
+                          st.timer_advance.Bind(2, c.next_fire_ms);
+                          st.timer_advance.Bind(3, c.last_fire_ms);
+                          Status s = st.timer_advance.Run("advance timer");
+                          if (!s.ok()) return s;
+                          if (sqlite3_changes(write_db_) == 0) {
+                            return Status::Conflict("advance timer: no such timer");
+                          }
+                          for (const TimerFire& f : c.fires) {
+                            st.fire_insert.Bind(1, static_cast<int64_t>(f.timer_id));
+                            st.fire_insert.Bind(2, f.fire_ms);
+                            st.fire_insert.Bind(3, static_cast<int64_t>(f.job_id));
+                            st.fire_insert.Bind(4, f.outcome);
+                            st.fire_insert.Bind(5, f.at_ms);
+                            s = st.fire_insert.Run("record timer fire");
+                            if (!s.ok()) return s;
+                          }
+                          st.fire_prune.Bind(1, static_cast<int64_t>(c.id));
+                          return st.fire_prune.Run("prune timer fires");
+                        },
+                    },
+                    m.change);
 }
 
 namespace {
@@ -838,8 +856,10 @@ namespace {
 // time): such a submission gets a savepoint, so that its conflict fails it
 // alone rather than everything committed with it.
 bool MayConflict(const Mutation& m) {
-  return (m.kind == Mutation::Kind::kInsert && !m.job.key.empty()) ||
-         m.kind == Mutation::Kind::kTimerPut || m.kind == Mutation::Kind::kTimerAdvance;
+  if (const auto* insert = std::get_if<change::InsertJob>(&m.change))
+    return !insert->job.key.empty();
+  return std::holds_alternative<change::PutTimer>(m.change) ||
+         std::holds_alternative<change::AdvanceTimer>(m.change);
 }
 
 }  // namespace
