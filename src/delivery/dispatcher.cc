@@ -18,6 +18,11 @@
 namespace delayd::delivery {
 namespace {
 
+// An alert webhook gets this long to answer; alerts are not retried.
+constexpr int64_t kAlertTimeoutMs = 10'000;
+// The part of a failed attempt's error kept in its attempt log.
+constexpr size_t kErrorExcerptBytes = 300;
+
 // A key as a header value: printable ASCII stays, any other byte (and '%')
 // is percent-encoded, so no key can inject a header or break the request.
 std::string HeaderSafe(std::string_view key) {
@@ -199,7 +204,7 @@ void Dispatcher::OnResult(const engine::PushLease& lease, int64_t started_ms, Ou
   a.http_status = r.status;
   a.error = r.timed_out ? "timed out after " + std::to_string(r.duration_ms) + " ms: " + r.error
                         : r.error;
-  if (a.error.size() > 300) a.error.resize(300);
+  if (a.error.size() > kErrorExcerptBytes) a.error.resize(kErrorExcerptBytes);
   switch (d.kind) {
     case Decision::Kind::kSuccess:
       a.outcome = engine::AttemptOutcome::kOk;
@@ -265,7 +270,7 @@ void Dispatcher::MaybeAlert(const std::string& topic, TopicState& ts, const char
   req.url = rule.webhook;
   req.headers.push_back("Content-Type: application/json");
   req.body = DumpJson(body);
-  req.timeout_ms = 10'000;
+  req.timeout_ms = kAlertTimeoutMs;
   client_.Send(std::move(req), [topic](OutResult r) {
     if (r.status < 200 || r.status >= 300) {
       spdlog::warn("alert webhook of topic {} failed: {}", topic, r.error);

@@ -14,6 +14,10 @@ namespace delayd::engine {
 // beanstalkd's largest delay, ttr and pause, 2^32-1 s: the longest any of
 // them may be, over either front door.
 inline constexpr int64_t kMaxDurationMs = 4'294'967'295'000LL;
+// beanstalkd's priorities: 0 (most urgent) to 2^32-1.
+inline constexpr uint64_t kMaxPriority = 4'294'967'295ULL;
+// The largest job body unless configured otherwise (beanstalkd's -z default).
+inline constexpr uint64_t kDefaultMaxJobBytes = 65'535;
 
 // Where a push job is delivered.
 struct Target {

@@ -533,10 +533,9 @@ void Api::Settle(Call& c, engine::Engine::Settle how) {
       lease = v.get<uint32_t>();
     } else if (k == "priority" &&
                (how == engine::Engine::Settle::kRelease || how == engine::Engine::Settle::kBury)) {
-      if (!v.is_number_unsigned() || v.get<uint64_t>() > UINT32_MAX) {
-        return c.reply(ProblemResponse(Status::InvalidField("priority", "must be 0..4294967295")));
-      }
-      priority = v.get<uint32_t>();
+      auto p = ParsePriority(v, "priority");
+      if (!p.ok()) return c.reply(ProblemResponse(p.status()));
+      priority = *p;
     } else if (k == "delay" && how == engine::Engine::Settle::kRelease) {
       auto ms = engine::ParseMillis(v, "delay");
       if (!ms.ok()) return c.reply(ProblemResponse(ms.status()));

@@ -89,13 +89,6 @@ Status CheckKnown(const json& j, const std::string& prefix,
   return Status::Ok();
 }
 
-Result<uint32_t> ParsePriority(const json& v, const std::string& field) {
-  if (!v.is_number_unsigned() || v.get<uint64_t>() > 4'294'967'295ULL) {
-    return Status::InvalidField(field, "must be an integer from 0 (most urgent) to 4294967295");
-  }
-  return static_cast<uint32_t>(v.get<uint64_t>());
-}
-
 Result<int64_t> ParseTtr(const json& v, const std::string& field) {
   Result<int64_t> ms = engine::ParseMillis(v, field);
   if (!ms.ok()) return ms;
@@ -109,6 +102,14 @@ Result<int64_t> ParseTtr(const json& v, const std::string& field) {
 }
 
 }  // namespace
+
+Result<uint32_t> ParsePriority(const json& v, const std::string& field) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > engine::kMaxPriority) {
+    return Status::InvalidField(field, "must be an integer from 0 (most urgent) to " +
+                                           std::to_string(engine::kMaxPriority));
+  }
+  return static_cast<uint32_t>(v.get<uint64_t>());
+}
 
 Result<engine::NewJob> ParseNewJob(const json& j, std::string_view text, const std::string& prefix,
                                    const JobLimits& limits, int64_t now_ms) {

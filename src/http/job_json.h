@@ -17,7 +17,7 @@ namespace delayd::http {
 struct JobLimits {
   // When set, every target URL must pass it (it outlives the parsing).
   const delivery::TargetPolicy* targets = nullptr;
-  size_t max_body_bytes = 65535;
+  size_t max_body_bytes = engine::kDefaultMaxJobBytes;
   int64_t max_delay_ms = engine::kMaxDurationMs;
   size_t max_key_bytes = 200;
 };
@@ -30,6 +30,10 @@ Result<engine::NewJob> ParseNewJob(const nlohmann::json& j, std::string_view tex
                                    int64_t now_ms);
 Result<engine::JobPatch> ParseJobPatch(const nlohmann::json& j, std::string_view text,
                                        const JobLimits& limits, int64_t now_ms);
+
+// A priority, 0 (most urgent) to engine::kMaxPriority, as an error naming
+// `field` otherwise.
+Result<uint32_t> ParsePriority(const nlohmann::json& v, const std::string& field);
 
 // A job as it reads back. WriteJobFields writes its members into an object
 // the caller has opened, so a reply can add its own (`duplicate`).

@@ -150,7 +150,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--beanstalk", beanstalk,
                  "Serve the beanstalk protocol on HOST:PORT or unix:PATH; repeatable; "
                  "port 0 picks a free port (default 127.0.0.1:11300)");
-  app.add_option("--max-job-size", c.max_job_size, "Largest job body in bytes (default 65535)");
+  app.add_option(
+      "--max-job-size", c.max_job_size,
+      "Largest job body in bytes (default " + std::to_string(engine::kDefaultMaxJobBytes) + ")");
   app.add_option("--max-connections", c.max_connections,
                  "Most simultaneous beanstalk connections (default 10000)");
   app.add_option("--horizon-ms", c.horizon_ms,

@@ -9,13 +9,15 @@
 
 #include "common/status.h"
 #include "common/version.h"
+#include "engine/spec.h"
+#include "store/store.h"
 
 namespace delayd::server {
 
 struct Config {
   std::string data_dir = "./data";
   std::vector<std::string> beanstalk = {"127.0.0.1:11300"};
-  uint64_t max_job_size = 65535;
+  uint64_t max_job_size = engine::kDefaultMaxJobBytes;
   uint64_t max_connections = 10000;
   int64_t horizon_ms = 60'000;
   std::string log_level = "info";
@@ -29,7 +31,7 @@ struct Config {
   int64_t timer_misfire_grace_ms = 60'000;  // a timer fire later than this is missed
   // How long a finish, release or bury may wait for its disk sync after its
   // reply (store::Durability::kWritten); 0: every change is synced first.
-  int64_t sync_delay_ms = 10;
+  int64_t sync_delay_ms = store::kDefaultSyncDelayMs;
   // Push targets and alert webhooks: rules of delivery/target_policy.h.
   std::vector<std::string> target_allow;
   std::vector<std::string> target_deny;

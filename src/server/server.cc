@@ -13,6 +13,11 @@
 
 namespace delayd::server {
 
+// At shutdown, replies owed to clients may take this long to go out, checked
+// every kDrainPollMs.
+constexpr int kDrainMs = 5000;
+constexpr int kDrainPollMs = 10;
+
 namespace asio = boost::asio;
 
 namespace {
@@ -217,14 +222,14 @@ void Server::Shutdown() {
   // long polls would wait their full timeout: they end now.
   engine_->SetDraining(true);
   if (api_) api_->EndLongPolls();
-  WaitForQuiet(500);
+  WaitForQuiet(kDrainMs / kDrainPollMs);
 }
 
 void Server::WaitForQuiet(int attempts_left) {
   const size_t busy =
       listener_->BusySessions() + (http_server_ ? http_server_->busy_connections() : 0);
   if (busy > 0 && attempts_left > 0) {
-    shutdown_timer_.expires_after(std::chrono::milliseconds(10));
+    shutdown_timer_.expires_after(std::chrono::milliseconds(kDrainPollMs));
     shutdown_timer_.async_wait(
         [this, attempts_left](boost::system::error_code) { WaitForQuiet(attempts_left - 1); });
     return;

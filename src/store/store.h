@@ -84,6 +84,9 @@ struct AdvanceTimer {
 };
 }  // namespace change
 
+// How long a kWritten change may wait for its sync, unless configured.
+inline constexpr int64_t kDefaultSyncDelayMs = 10;
+
 struct Mutation {
   using Change =
       std::variant<change::InsertJob, change::UpdateJob, change::ReplaceJob, change::DeleteJob,

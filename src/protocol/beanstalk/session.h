@@ -35,7 +35,7 @@ struct SessionContext {
   const Clock& clock;
   ServerCounters& counters;
   const ProcessInfo& process;
-  uint64_t max_job_size = 65535;
+  uint64_t max_job_size = engine::kDefaultMaxJobBytes;
   // Store writes so far, for stats (binlog-records-written).
   std::function<uint64_t()> store_writes;
   // Called once when the session has closed (the server forgets it).

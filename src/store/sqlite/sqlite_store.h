@@ -41,7 +41,7 @@ struct SqliteOptions {
   int writer_nice = 5;          // CPU priority of the writer thread, relative to the process
   // The longest a commit of only kWritten mutations waits for its sync; 0
   // syncs every batch before any of its callbacks (every mutation kSynced).
-  int64_t sync_delay_ms = 10;
+  int64_t sync_delay_ms = kDefaultSyncDelayMs;
 };
 
 class SqliteStore final : public Store {
