@@ -50,7 +50,7 @@ std::string Signature(const std::string& secret, int64_t unix_s, const std::stri
   return out;
 }
 
-Dispatcher::Dispatcher(boost::asio::io_context& io, engine::Engine& engine, HttpClient& client,
+Dispatcher::Dispatcher(boost::asio::io_context& io, engine::Engine& engine, HttpSender& client,
                        const Clock& clock, DispatcherOptions options)
     : io_(io),
       engine_(engine),

@@ -1,6 +1,6 @@
 // Dispatcher: the internal consumer of due push jobs. It takes ready push
 // jobs from the engine topic by topic, within each topic's rate limit and
-// concurrency cap, delivers them through the HttpClient, and reports each
+// concurrency cap, delivers them through an HttpSender, and reports each
 // outcome (done, retry after a backoff, or dead letter), raising the topic's
 // alert when its rule says so.
 //
@@ -47,7 +47,7 @@ struct DispatcherStats {
 class Dispatcher {
  public:
   // All references must outlive the dispatcher.
-  Dispatcher(boost::asio::io_context& io, engine::Engine& engine, HttpClient& client,
+  Dispatcher(boost::asio::io_context& io, engine::Engine& engine, HttpSender& client,
              const Clock& clock, DispatcherOptions options);
 
   // Starts taking due push jobs, including those ready at recovery.
@@ -84,7 +84,7 @@ class Dispatcher {
 
   boost::asio::io_context& io_;
   engine::Engine& engine_;
-  HttpClient& client_;
+  HttpSender& client_;
   const Clock& clock_;
   DispatcherOptions options_;
   std::unordered_map<std::string, TopicState> topics_;

@@ -6,6 +6,8 @@
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "store/sqlite/sqlite_store.h"
 #include "store/testing/test_dir.h"
@@ -14,6 +16,36 @@ namespace delayd::delivery {
 namespace {
 
 namespace asio = boost::asio;
+
+// Records what the dispatcher sends; the test answers each request itself.
+class FakeSender final : public HttpSender {
+ public:
+  struct Sent {
+    OutRequest request;
+    Callback done;
+  };
+  void Send(OutRequest request, Callback done) override {
+    sent.push_back({std::move(request), std::move(done)});
+  }
+  // Answers request `i` (each is answered once).
+  void Answer(size_t i, int status, std::string error = "") {
+    OutResult r;
+    r.status = status;
+    r.error = std::move(error);
+    r.duration_ms = 3;
+    Callback done = std::move(sent.at(i).done);
+    ASSERT_TRUE(done) << "request " << i << " answered twice";
+    done(std::move(r));
+  }
+  // The value of header `name` in request `i`; nullopt when absent.
+  std::optional<std::string> Header(size_t i, const std::string& name) const {
+    for (const std::string& h : sent.at(i).request.headers) {
+      if (h.rfind(name + ": ", 0) == 0) return h.substr(name.size() + 2);
+    }
+    return std::nullopt;
+  }
+  std::vector<Sent> sent;
+};
 
 class DispatcherTest : public ::testing::Test {
  protected:
@@ -26,18 +58,15 @@ class DispatcherTest : public ::testing::Test {
     engine_ =
         std::make_unique<engine::Engine>(*store_, clock_, engine::EngineOptions{}, [](int64_t) {});
     ASSERT_TRUE(engine_->Recover().ok());
-    client_ = std::make_unique<HttpClient>(post);
-    dispatcher_ =
-        std::make_unique<Dispatcher>(io_, *engine_, *client_, clock_, DispatcherOptions{});
+    dispatcher_ = std::make_unique<Dispatcher>(io_, *engine_, sender_, clock_,
+                                               DispatcherOptions{.topic_concurrency = 3});
     dispatcher_->Start();
   }
   void TearDown() override {
     dispatcher_->Stop();
-    client_->Stop();
     store_->Close();
     io_.poll();
     dispatcher_.reset();
-    client_.reset();
     engine_.reset();
     store_.reset();
     std::filesystem::remove_all(dir_);
@@ -58,21 +87,43 @@ class DispatcherTest : public ::testing::Test {
   ManualClock clock_;
   std::unique_ptr<store::SqliteStore> store_;
   std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<HttpClient> client_;
+  FakeSender sender_;
   std::unique_ptr<Dispatcher> dispatcher_;
+
+  uint64_t Submit(const std::string& topic, engine::NewJob job) {
+    std::vector<engine::NewJob> batch;
+    batch.push_back(std::move(job));
+    std::optional<Result<std::vector<engine::Submitted>>> out;
+    engine_->Submit(topic, std::move(batch), [&](auto r) { out = std::move(r); });
+    RunUntil([&] { return out.has_value(); });
+    EXPECT_TRUE(out->ok()) << out->status().ToString();
+    return out->ok() ? out->value()[0].id : 0;
+  }
+  static engine::NewJob PushJob(std::string body, engine::RetryPolicy retry = {}) {
+    engine::NewJob job;
+    job.body = std::move(body);
+    job.spec.target.emplace().url = "http://hooks.test/orders";
+    retry.jitter = false;
+    job.spec.retry = retry;
+    return job;
+  }
+  void SetTopic(const std::string& topic, engine::TopicSettings settings) {
+    std::optional<Status> done;
+    engine_->SetTopicSettings(topic, std::make_shared<const engine::TopicSettings>(settings),
+                              [&](const Status& s) { done = s; });
+    RunUntil([&] { return done.has_value(); });
+    ASSERT_TRUE(done->ok());
+  }
+  engine::JobState StateOf(uint64_t id) { return engine_->GetJob(id)->state; }
+  // Lets time pass for the engine: due jobs become ready.
+  void Advance(int64_t ms) {
+    clock_.AdvanceMillis(ms);
+    engine_->Tick();
+  }
 };
 
 TEST_F(DispatcherTest, PumpPendingSendsReadyJobsBeforeWorkAlreadyQueued) {
-  engine::NewJob job;
-  job.spec.target.emplace().url = "http://127.0.0.1:9/hook";  // nothing listens: refused
-  std::vector<engine::NewJob> batch;
-  batch.push_back(std::move(job));
-  bool submitted = false;
-  engine_->Submit("push", std::move(batch), [&](auto r) {
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    submitted = true;
-  });
-  RunUntil([&] { return submitted; });
+  Submit("push", PushJob("x"));
   // The job is ready and a pump is scheduled behind whatever the loop holds.
   ASSERT_EQ(dispatcher_->stats().in_flight, 0u);
   uint64_t in_flight_seen_by_queued_work = 99;
@@ -81,11 +132,100 @@ TEST_F(DispatcherTest, PumpPendingSendsReadyJobsBeforeWorkAlreadyQueued) {
   dispatcher_->PumpPending();
   EXPECT_EQ(dispatcher_->stats().in_flight, 1u);
 
-  RunUntil([&] { return dispatcher_->stats().failed == 1; });
+  RunUntil([&] { return in_flight_seen_by_queued_work != 99; });
   EXPECT_EQ(in_flight_seen_by_queued_work, 1u);
+  io_.poll();
   // The pump that was scheduled found nothing left to send: one attempt.
-  EXPECT_EQ(dispatcher_->stats().in_flight, 0u);
-  EXPECT_EQ(dispatcher_->stats().failed, 1u);
+  EXPECT_EQ(sender_.sent.size(), 1u);
+}
+
+TEST_F(DispatcherTest, DeliversTheJobAsItsTargetSaysAndFinishesItOn2xx) {
+  engine::NewJob job = PushJob(R"({"order":8812})");
+  job.key = "order-8812\r\nX-Injected: 1";
+  job.spec.encoding = engine::BodyEncoding::kJson;
+  job.spec.target->method = "PUT";
+  job.spec.target->headers = {{"X-Tenant", "acme"}};
+  job.spec.target->timeout_ms = 2500;
+  const uint64_t id = Submit("orders", std::move(job));
+  RunUntil([&] { return sender_.sent.size() == 1; });
+  const OutRequest& r = sender_.sent[0].request;
+  EXPECT_EQ(r.method, "PUT");
+  EXPECT_EQ(r.url, "http://hooks.test/orders");
+  EXPECT_EQ(r.timeout_ms, 2500);
+  EXPECT_EQ(r.body, R"({"order":8812})");
+  EXPECT_EQ(sender_.Header(0, "Content-Type"), "application/json");
+  EXPECT_EQ(sender_.Header(0, "X-Tenant"), "acme");
+  EXPECT_EQ(sender_.Header(0, "Delayd-Job-Id"), std::to_string(id));
+  EXPECT_EQ(sender_.Header(0, "Delayd-Topic"), "orders");
+  EXPECT_EQ(sender_.Header(0, "Delayd-Attempt"), "1");
+  EXPECT_EQ(sender_.Header(0, "Delayd-Key"), "order-8812%0D%0AX-Injected:%201");
+  EXPECT_EQ(sender_.Header(0, "Delayd-Signature"), std::nullopt) << "no secret, no signature";
+  EXPECT_EQ(StateOf(id), engine::JobState::kReserved);
+
+  sender_.Answer(0, 204);
+  RunUntil([&] { return StateOf(id) == engine::JobState::kDone; });
+  EXPECT_EQ(dispatcher_->stats().delivered, 1u);
+  const std::vector<engine::Attempt> log =
+      engine::ReadAttempts(engine_->GetJob(id)->record.attempt_log);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].outcome, engine::AttemptOutcome::kOk);
+  EXPECT_EQ(log[0].http_status, 204);
+}
+
+TEST_F(DispatcherTest, AFailureIsRetriedAfterItsBackoffAndTheLastOneIsADeadLetter) {
+  engine::TopicSettings settings;
+  settings.signing_secret = "s3cret";
+  settings.alert.emplace().webhook = "http://alerts.test/hook";
+  SetTopic("orders", settings);
+  engine::RetryPolicy retry;
+  retry.max_attempts = 2;
+  retry.initial_backoff_ms = 4000;
+  const uint64_t id = Submit("orders", PushJob("b", retry));
+  RunUntil([&] { return sender_.sent.size() == 1; });
+  EXPECT_EQ(sender_.Header(0, "Delayd-Signature"),
+            Signature("s3cret", clock_.WallMillis() / 1000, "b"));
+  sender_.Answer(0, 503, "HTTP 503: busy");
+  RunUntil([&] { return StateOf(id) == engine::JobState::kDelayed; });
+  Result<engine::JobInfo> info = engine_->GetJob(id);
+  EXPECT_EQ(info->record.due_ms, clock_.WallMillis() + 4000) << "the policy's backoff";
+
+  Advance(3999);
+  io_.poll();
+  EXPECT_EQ(sender_.sent.size(), 1u) << "redelivered before its backoff ran out";
+  Advance(1);
+  RunUntil([&] { return sender_.sent.size() == 2; });
+  EXPECT_EQ(sender_.Header(1, "Delayd-Attempt"), "2");
+  sender_.Answer(1, 500, "HTTP 500: broken");
+  RunUntil([&] { return StateOf(id) == engine::JobState::kBuried; });
+  info = engine_->GetJob(id);
+  EXPECT_NE(info->record.last_error.find("HTTP 500: broken"), std::string::npos)
+      << info->record.last_error;
+  EXPECT_EQ(dispatcher_->stats().dead_letters, 1u);
+  // The dead letter raises the topic's alert.
+  RunUntil([&] { return sender_.sent.size() == 3; });
+  EXPECT_EQ(sender_.sent[2].request.url, "http://alerts.test/hook");
+  const nlohmann::json alert = nlohmann::json::parse(sender_.sent[2].request.body);
+  EXPECT_EQ(alert["event"], "dead_letter");
+  EXPECT_EQ(alert["job_id"], id);
+  EXPECT_EQ(alert["dead_letters"], 1);
+}
+
+TEST_F(DispatcherTest, ATopicHasAtMostItsConcurrencyInFlightAndOthersAreNotHeldUp) {
+  std::vector<uint64_t> slow;
+  for (int i = 0; i < 5; ++i) slow.push_back(Submit("slow", PushJob("s" + std::to_string(i))));
+  RunUntil([&] { return sender_.sent.size() == 3; });
+  io_.poll();
+  EXPECT_EQ(sender_.sent.size(), 3u) << "--topic-concurrency 3";
+  EXPECT_EQ(dispatcher_->in_flight("slow"), 3u);
+  // Another topic is not held up by the first one's hanging requests.
+  Submit("fast", PushJob("f"));
+  RunUntil([&] { return sender_.sent.size() == 4; });
+  EXPECT_EQ(sender_.Header(3, "Delayd-Topic"), "fast");
+  // One slot frees, one more of the slow topic goes.
+  sender_.Answer(0, 200);
+  RunUntil([&] { return sender_.sent.size() == 5; });
+  EXPECT_EQ(sender_.Header(4, "Delayd-Topic"), "slow");
+  EXPECT_EQ(dispatcher_->in_flight("slow"), 3u);
 }
 
 }  // namespace

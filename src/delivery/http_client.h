@@ -42,10 +42,18 @@ struct OutResult {
   int64_t duration_ms = 0;
 };
 
-class HttpClient {
+// What the dispatcher sends through: each request's result is reported once,
+// on the event loop. HttpClient is the real one; tests give their own.
+class HttpSender {
+ public:
+  using Callback = std::function<void(OutResult)>;
+  virtual ~HttpSender() = default;
+  virtual void Send(OutRequest request, Callback done) = 0;
+};
+
+class HttpClient final : public HttpSender {
  public:
   using Executor = std::function<void(std::function<void()>)>;
-  using Callback = std::function<void(OutResult)>;
 
   // `max_connections`: idle connections kept open for reuse, all hosts together.
   // Every connection is opened only to an address `policy` allows; a refused
@@ -56,7 +64,7 @@ class HttpClient {
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
 
-  void Send(OutRequest request, Callback done);
+  void Send(OutRequest request, Callback done) override;
   void Stop();
 
  private:
