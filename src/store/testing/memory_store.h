@@ -1,0 +1,304 @@
+// Test support: a Store held in memory that models what the disk keeps, so
+// a unit test can crash or cut the power and see exactly what a real store
+// would bring back.
+//
+// Submissions queue until the executor runs the commit it posts, as the
+// SQLite store's writer thread would commit them: in order, each
+// submission all or nothing. A committed change is "written" (it survives
+// Crash(), as a kill -9 keeps what reached the operating system); it is
+// "synced" (it survives PowerCut()) once a commit holding a kSynced mutation,
+// or SyncNow(), comes after it, since a sync covers everything before it.
+//
+// Single-threaded: every call, and every callback, on the test's thread.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "store/store.h"
+
+namespace delayd::store::testing {
+
+class MemoryStore final : public Store {
+ public:
+  explicit MemoryStore(std::function<void(std::function<void()>)> post) : post_(std::move(post)) {}
+
+  // kill -9: submissions not yet committed are gone, unanswered.
+  void Crash() { queue_.clear(); }
+  // Power loss: as Crash(), and every change not yet synced is gone too.
+  void PowerCut() {
+    Crash();
+    written_ = synced_;
+  }
+  void SyncNow() {
+    synced_ = written_;
+    ++stats_.syncs;
+  }
+  // While set, every submission fails as a full disk would, changing nothing.
+  bool failing = false;
+
+  Result<Recovered> Recover(int64_t horizon_minute) override {
+    Recovered r;
+    std::map<std::string, uint64_t> far;
+    for (const auto& [id, j] : written_.jobs) {
+      if (j.state == StoredState::kDone) continue;
+      if (j.state == StoredState::kDelayed && DueMinute(j.due_ms) > horizon_minute) {
+        ++far[j.tube];
+      } else {
+        r.jobs.push_back(j);
+      }
+    }
+    for (const auto& [tube, n] : far) r.far.push_back({tube, n});
+    for (const auto& [tube, p] : written_.pauses) r.pauses.push_back(p);
+    for (const auto& [tube, s] : written_.settings) r.settings.push_back({tube, s});
+    r.next_id = written_.next_id;
+    r.next_timer_id = written_.next_timer_id;
+    return r;
+  }
+
+  void Submit(Mutation m, Done done) override {
+    std::vector<Mutation> ms;
+    ms.push_back(std::move(m));
+    SubmitAll(std::move(ms), std::move(done));
+  }
+  void SubmitAll(std::vector<Mutation> ms, Done done) override {
+    if (failing) {
+      post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
+      return;
+    }
+    queue_.push_back({std::move(ms), std::move(done)});
+    if (commit_posted_) return;
+    commit_posted_ = true;
+    post_([this] { Commit(); });
+  }
+
+  Result<std::optional<JobRecord>> Get(uint64_t id) override {
+    auto it = written_.jobs.find(id);
+    if (it == written_.jobs.end()) return std::optional<JobRecord>();
+    return std::optional<JobRecord>(it->second);
+  }
+  Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
+                                            const std::string& key) override {
+    for (const auto& [id, j] : written_.jobs) {
+      if (j.tube == tube && !key.empty() && j.key == key) return std::optional<JobRecord>(j);
+    }
+    return std::optional<JobRecord>();
+  }
+  Result<std::vector<JobRecord>> List(const ListQuery& q) override {
+    std::vector<JobRecord> out;
+    for (auto it = written_.jobs.upper_bound(q.after_id);
+         it != written_.jobs.end() && out.size() < q.limit; ++it) {
+      const JobRecord& j = it->second;
+      if (q.tube && j.tube != *q.tube) continue;
+      if (q.state && j.state != *q.state) continue;
+      if (j.key.compare(0, q.key_prefix.size(), q.key_prefix) != 0) continue;
+      if (q.due_after_ms && j.due_ms < *q.due_after_ms) continue;
+      if (q.due_before_ms && j.due_ms >= *q.due_before_ms) continue;
+      out.push_back(j);
+    }
+    return out;
+  }
+  Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
+                                            size_t limit) override {
+    std::vector<JobRecord> out;
+    for (auto it = written_.jobs.upper_bound(after_id);
+         it != written_.jobs.end() && out.size() < limit; ++it) {
+      const JobRecord& j = it->second;
+      if (j.state == StoredState::kDelayed && DueMinute(j.due_ms) == minute) out.push_back(j);
+    }
+    return out;
+  }
+  Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
+                                            size_t limit) override {
+    std::vector<JobRecord> out;
+    for (const auto& [id, j] : written_.jobs) {
+      if (j.tube == tube && j.state == StoredState::kDelayed &&
+          DueMinute(j.due_ms) > after_minute) {
+        out.push_back(j);
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const JobRecord& a, const JobRecord& b) {
+      return a.due_ms != b.due_ms ? a.due_ms < b.due_ms : a.id < b.id;
+    });
+    if (out.size() > limit) out.resize(limit);
+    return out;
+  }
+
+  Result<std::optional<TimerRecord>> GetTimer(uint64_t id) override {
+    auto it = written_.timers.find(id);
+    if (it == written_.timers.end()) return std::optional<TimerRecord>();
+    return std::optional<TimerRecord>(it->second);
+  }
+  Result<std::optional<TimerRecord>> GetTimerByName(const std::string& name) override {
+    for (const auto& [id, t] : written_.timers) {
+      if (t.name == name) return std::optional<TimerRecord>(t);
+    }
+    return std::optional<TimerRecord>();
+  }
+  Result<std::vector<TimerRecord>> ListTimers(uint64_t after_id, size_t limit) override {
+    std::vector<TimerRecord> out;
+    for (auto it = written_.timers.upper_bound(after_id);
+         it != written_.timers.end() && out.size() < limit; ++it) {
+      out.push_back(it->second);
+    }
+    return out;
+  }
+  Result<std::vector<TimerRecord>> TimersDue(int64_t from_ms, uint64_t after_id, int64_t before_ms,
+                                             size_t limit) override {
+    std::vector<TimerRecord> out;
+    for (const auto& [id, t] : written_.timers) {
+      if (t.next_fire_ms == 0 || t.next_fire_ms >= before_ms) continue;
+      if (std::make_pair(t.next_fire_ms, id) <= std::make_pair(from_ms, after_id)) continue;
+      out.push_back(t);
+    }
+    std::sort(out.begin(), out.end(), [](const TimerRecord& a, const TimerRecord& b) {
+      return std::make_pair(a.next_fire_ms, a.id) < std::make_pair(b.next_fire_ms, b.id);
+    });
+    if (out.size() > limit) out.resize(limit);
+    return out;
+  }
+  Result<uint64_t> NextTimerId() override { return written_.next_timer_id; }
+  Result<std::vector<TimerFire>> TimerFires(uint64_t timer_id, size_t limit) override {
+    std::vector<TimerFire> out;
+    for (auto it = written_.fires.rbegin(); it != written_.fires.rend() && out.size() < limit;
+         ++it) {
+      if (it->first.first == timer_id) out.push_back(it->second);
+    }
+    return out;
+  }
+
+  StoreStats stats() const override { return stats_; }
+  void Close() override {
+    while (!queue_.empty()) Commit();
+  }
+
+ private:
+  struct State {
+    std::map<uint64_t, JobRecord> jobs;
+    std::map<std::string, TubePause> pauses;
+    std::map<std::string, std::string> settings;
+    std::map<uint64_t, TimerRecord> timers;
+    std::map<std::pair<uint64_t, int64_t>, TimerFire> fires;  // by (timer, fire time)
+    uint64_t next_id = 1;
+    uint64_t next_timer_id = 1;
+  };
+  struct Queued {
+    std::vector<Mutation> ms;
+    Done done;
+  };
+
+  // Commits everything queued, one submission at a time, then answers.
+  void Commit() {
+    commit_posted_ = false;
+    std::deque<Queued> batch;
+    batch.swap(queue_);
+    bool sync = false;
+    std::vector<std::pair<Done, Status>> answers;
+    for (Queued& q : batch) {
+      State next = written_;
+      Status s = Status::Ok();
+      for (const Mutation& m : q.ms) {
+        s = Apply(next, m);
+        if (!s.ok()) break;
+        sync = sync || m.durability == Durability::kSynced;
+      }
+      if (s.ok()) {
+        written_ = std::move(next);
+        stats_.mutations += q.ms.size();
+      }
+      answers.emplace_back(std::move(q.done), s);
+    }
+    ++stats_.batches;
+    if (sync) SyncNow();
+    for (auto& [done, s] : answers) done(s);
+  }
+
+  static Status Apply(State& st, const Mutation& m) {
+    return std::visit(
+        [&](const auto& c) -> Status {
+          using C = std::decay_t<decltype(c)>;
+          if constexpr (std::is_same_v<C, change::InsertJob> ||
+                        std::is_same_v<C, change::ReplaceJob>) {
+            if (!c.job.key.empty()) {
+              for (const auto& [id, j] : st.jobs) {
+                if (id != c.job.id && j.tube == c.job.tube && j.key == c.job.key) {
+                  return Status::Conflict("key taken");
+                }
+              }
+            }
+            st.jobs[c.job.id] = c.job;
+            st.next_id = std::max(st.next_id, c.job.id + 1);
+          } else if constexpr (std::is_same_v<C, change::UpdateJob>) {
+            auto it = st.jobs.find(c.job.id);
+            if (it == st.jobs.end()) return Status::Ok();  // as UPDATE of no row
+            JobRecord& j = it->second;
+            j.priority = c.job.priority;
+            j.state = c.job.state;
+            j.due_ms = c.job.due_ms;
+            j.delay_ms = c.job.delay_ms;
+            j.ttr_ms = c.job.ttr_ms;
+            j.counters = c.job.counters;
+            j.attempt_log = c.job.attempt_log;
+            j.last_error = c.job.last_error;
+            j.done_ms = c.job.state == StoredState::kDone ? c.job.done_ms : 0;
+          } else if constexpr (std::is_same_v<C, change::DeleteJob>) {
+            st.jobs.erase(c.id);
+          } else if constexpr (std::is_same_v<C, change::PauseTube>) {
+            st.pauses[c.tube] = TubePause{c.tube, c.pause_ms, c.unpause_ms};
+          } else if constexpr (std::is_same_v<C, change::SetTopicSettings>) {
+            if (c.settings.empty()) {
+              st.settings.erase(c.tube);
+            } else {
+              st.settings[c.tube] = c.settings;
+            }
+          } else if constexpr (std::is_same_v<C, change::PurgeDone>) {
+            std::erase_if(st.jobs, [&](const auto& kv) {
+              return kv.second.state == StoredState::kDone && kv.second.done_ms < c.before_ms;
+            });
+          } else if constexpr (std::is_same_v<C, change::PutTimer>) {
+            for (const auto& [id, t] : st.timers) {
+              if (id != c.timer.id && t.name == c.timer.name) return Status::Conflict("name taken");
+            }
+            st.timers[c.timer.id] = c.timer;
+            st.next_timer_id = std::max(st.next_timer_id, c.timer.id + 1);
+          } else if constexpr (std::is_same_v<C, change::DeleteTimer>) {
+            st.timers.erase(c.id);
+            std::erase_if(st.fires, [&](const auto& kv) { return kv.first.first == c.id; });
+          } else if constexpr (std::is_same_v<C, change::AdvanceTimer>) {
+            auto it = st.timers.find(c.id);
+            if (it == st.timers.end()) return Status::Conflict("advance timer: no such timer");
+            it->second.next_fire_ms = c.next_fire_ms;
+            it->second.last_fire_ms = c.last_fire_ms;
+            for (const TimerFire& f : c.fires) {
+              if (!st.fires.emplace(std::make_pair(f.timer_id, f.fire_ms), f).second) {
+                return Status::Conflict("fire time recorded before");
+              }
+            }
+            // Only the latest kTimerFiresKept fires of a timer are kept.
+            auto first = st.fires.lower_bound({c.id, INT64_MIN});
+            auto end = st.fires.lower_bound({c.id + 1, INT64_MIN});
+            for (auto n = std::distance(first, end); n > kTimerFiresKept; --n) {
+              first = st.fires.erase(first);
+            }
+          }
+          return Status::Ok();
+        },
+        m.change);
+  }
+
+  std::function<void(std::function<void()>)> post_;
+  State written_;  // what survives a kill -9
+  State synced_;   // what survives a power cut
+  std::deque<Queued> queue_;
+  bool commit_posted_ = false;
+  StoreStats stats_;
+};
+
+}  // namespace delayd::store::testing
