@@ -31,7 +31,10 @@ class MemoryStore final : public Store {
   explicit MemoryStore(std::function<void(std::function<void()>)> post) : post_(std::move(post)) {}
 
   // kill -9: submissions not yet committed are gone, unanswered.
-  void Crash() { queue_.clear(); }
+  void Crash() {
+    queue_.clear();
+    commit_posted_ = false;
+  }
   // Power loss: as Crash(), and every change not yet synced is gone too.
   void PowerCut() {
     Crash();
@@ -41,6 +44,8 @@ class MemoryStore final : public Store {
     synced_ = written_;
     ++stats_.syncs;
   }
+  // Submissions not yet committed.
+  size_t queued() const { return queue_.size(); }
   // While set, every submission fails as a full disk would, changing nothing.
   bool failing = false;
 

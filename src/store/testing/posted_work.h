@@ -31,6 +31,11 @@ class PostedWork {
     }
     for (auto& f : work) f();
   }
+  // Drops what has been posted and not run: the process it belonged to died.
+  void Discard() {
+    std::lock_guard lock(mu_);
+    posted_.clear();
+  }
   // Runs completions as they come until `pred` holds (10 s at most).
   template <typename Pred>
   void RunUntil(Pred pred) {
