@@ -16,6 +16,11 @@
 // Reservations, touches and ttr expiries are not stored: after a crash a
 // reserved job is ready again.
 //
+// Files, by concept: engine.cc (tubes, clients, jobs in memory, the write
+// path), transitions.cc (the state machine), commands.cc (what clients ask
+// for), reads.cc, waiters.cc (blocked reserves), timing.cc (ticks and the
+// wheel), horizon.cc (recovery, the loader, jobs beyond the horizon).
+//
 // Threading: not thread-safe. Every method, and every callback it makes, runs
 // on the one thread that owns the engine (the server's event loop).
 #pragma once
@@ -121,7 +126,7 @@ class Engine {
   Result<TubeStats> StatsTube(const std::string& name) const;
   EngineStats Stats() const;
 
-  // --- the HTTP API (engine_api.cc) ---
+  // --- the HTTP API ---
   // Submits jobs to one topic, all durable or none. Jobs whose key is taken
   // come back as duplicates of the job holding it and are not created.
   // `also`, when given, adds store mutations that commit with the jobs (a
@@ -158,7 +163,7 @@ class Engine {
   // Removes done jobs past their retention (runs in the store's writer).
   void PurgeDone();
 
-  // --- push delivery (engine_push.cc) ---
+  // --- push delivery ---
   // Called with a topic's name when push jobs become ready or it unpauses.
   void SetPushListener(std::function<void(const std::string& topic)> fn) {
     push_listener_ = std::move(fn);
@@ -201,6 +206,8 @@ class Engine {
   void MaybeDropTube(Tube* t);
 
   // Jobs.
+  // "tube\0key": the key of a keyed job, unique across tubes.
+  static std::string KeyOf(const std::string& tube, const std::string& key);
   Job* FindLive(uint64_t id) const;
   // The job if `c` holds its reservation, else null.
   Job* ReservedBy(const Client* c, uint64_t id) const;

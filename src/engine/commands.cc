@@ -1,6 +1,5 @@
-// The engine's HTTP-facing half: submission with business keys, reads and
-// lists that merge memory with the store, modifications, pull leases held
-// over HTTP, and topics.
+// Changes clients ask for, over beanstalk, HTTP or the dispatcher: each
+// checks what it may act on and calls the transitions.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -14,23 +13,37 @@ using store::JobRecord;
 using store::Mutation;
 using store::StoredState;
 
-namespace {
-
-std::string KeyOf(const std::string& tube, const std::string& key) { return tube + '\0' + key; }
-
-}  // namespace
-
-void Engine::ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const {
-  const TopicSettings* s = t != nullptr ? t->settings.get() : nullptr;
-  if (s != nullptr) {
-    if (!spec.target && s->target) spec.target = s->target;
-    if (!spec.retry && s->retry) spec.retry = s->retry;
-    if (ttr_ms == 0) ttr_ms = s->ttr_ms;
+void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms, std::string body,
+                 std::function<void(Result<uint64_t>)> done) {
+  if (draining_) {
+    done(Status::Unavailable("draining"));
+    return;
   }
-  if (ttr_ms == 0) ttr_ms = options_.default_ttr_ms;
+  const int64_t due_ms = DueFromNow(delay_ms);
+  JobRecord r;
+  r.id = next_id_++;
+  r.tube = c->use->name;
+  r.priority = priority;
+  r.state = delay_ms > 0 ? StoredState::kDelayed : StoredState::kReady;
+  r.due_ms = due_ms;
+  r.delay_ms = delay_ms;
+  r.ttr_ms = ttr_ms;
+  r.created_ms = due_ms - delay_ms;
+  r.run_at_ms = due_ms;
+  r.body = std::move(body);
+  if (c->use->settings) {
+    JobSpec spec;
+    int64_t unused_ttr = ttr_ms;
+    ApplyDefaults(c->use, spec, unused_ttr);
+    r.spec = EncodeSpec(spec);
+  }
+  Job* j = AddJob(r, JobState::kPending);
+  Write(j, Mutation::Insert(std::move(r)), [this, j, done = std::move(done)](const Status& s) {
+    Publish(j, s);
+    if (!s.ok()) return done(s);
+    done(j->id);
+  });
 }
-
-// ---------------------------------------------------------------- submit
 
 void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
                     std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also) {
@@ -122,118 +135,102 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
   });
 }
 
-// ---------------------------------------------------------------- reads
-
-JobInfo Engine::Info(const Job& j) const {
-  JobInfo info;
-  info.record = Record(j);
-  info.record.body = *j.body;
-  if (j.extra) info.spec = j.extra->spec;
-  info.state = j.state;
-  if (j.state == JobState::kReserved) {
-    info.lease = j.counters.reserves;
-    info.lease_until_ms = clock_.WallMillis() + (j.deadline_us - clock_.SteadyMicros()) / 1000;
-    info.pushing = j.reserver == push_holder_;
-  }
-  return info;
+Result<JobView> Engine::ReserveJob(Client* c, uint64_t id) {
+  auto found = FindOrLoad(id, [](const Job& j) { return j.state != JobState::kReserved; });
+  if (!found.ok()) return found.status();
+  Grant(c, found.value());
+  return View(*found.value());
 }
 
-JobInfo Engine::Info(JobRecord r) {
-  JobInfo info;
-  info.state = FromStored(r.state);
-  info.spec = DecodeSpec(r.spec);
-  info.record = std::move(r);
-  return info;
+void Engine::Delete(Client* c, uint64_t id, Done done) {
+  auto found = FindOrLoad(
+      id, [c](const Job& j) { return j.state != JobState::kReserved || j.reserver == c; });
+  if (!found.ok()) return done(found.status());
+  Job* j = found.value();
+  const bool held = j->state == JobState::kReserved;
+  // Deleting the job one holds finishes it; deleting any other job cancels
+  // it, exactly as DELETE /v1/jobs/{id} does: a job that never ran is never
+  // reported done, and its key is free at once.
+  held ? Finish(j, std::move(done)) : Cancel(j, std::move(done));
 }
 
-Result<JobInfo> Engine::GetJob(uint64_t id) {
-  if (Job* j = FindLive(id)) return Info(*j);
-  auto it = jobs_.find(id);
-  if (it != jobs_.end() && it->second->state == JobState::kPending) {
-    return Status::NotFound("no such job");
-  }
-  auto r = store_.Get(id);
-  if (!r.ok()) return r.status();
-  if (!r.value()) return Status::NotFound("no such job");
-  return Info(std::move(*r.value()));
+void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms, Done done) {
+  Job* j = ReservedBy(c, id);
+  if (j == nullptr) return done(Status::NotFound("job not reserved by this client"));
+  Requeue(j, priority, delay_ms, std::move(done));
 }
 
-Result<JobInfo> Engine::GetByKey(const std::string& topic, const std::string& key) {
-  auto pending = pending_keys_.find(KeyOf(topic, key));
-  if (pending != pending_keys_.end()) return Status::NotFound("no job with this key");
-  auto r = store_.GetByKey(topic, key);
-  if (!r.ok()) return r.status();
-  const auto& rec = r.value();
-  if (!rec || (rec->state == StoredState::kDone &&
-               rec->done_ms + options_.done_retention_ms <= clock_.WallMillis())) {
-    return Status::NotFound("no job with this key");
-  }
-  return GetJob(rec->id);
+void Engine::Bury(Client* c, uint64_t id, uint32_t priority, Done done) {
+  Job* j = ReservedBy(c, id);
+  if (j == nullptr) return done(Status::NotFound("job not reserved by this client"));
+  BuryHeld(j, priority, std::move(done));
 }
 
-Result<ListPage> Engine::List(const ListFilter& f) {
-  auto matches = [&f](const JobInfo& info) {
-    const JobRecord& r = info.record;
-    if (f.topic && r.tube != *f.topic) return false;
-    if (f.state && *f.state != info.state) return false;
-    if (!f.key_prefix.empty() && r.key.compare(0, f.key_prefix.size(), f.key_prefix) != 0) {
-      return false;
+Status Engine::Touch(Client* c, uint64_t id) {
+  Job* j = ReservedBy(c, id);
+  if (j == nullptr) return Status::NotFound("job not reserved by this client");
+  c->reserved.erase(j);
+  j->deadline_us = clock_.SteadyMicros() + j->ttr_ms * 1000;
+  c->reserved.insert(j);
+  Schedule(j->timer, TickAtSteady(j->deadline_us));
+  return Status::Ok();
+}
+
+void Engine::KickJob(uint64_t id, Done done) {
+  auto found = FindOrLoad(id, [](const Job& j) {
+    return j.state == JobState::kBuried || j.state == JobState::kDelayed;
+  });
+  if (!found.ok()) return done(found.status());
+  KickOne(found.value(), /*fresh_budget=*/false, std::move(done));
+}
+
+void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>)> done) {
+  Tube* t = c->use;
+  std::vector<Job*> kicked;
+  if (!t->buried.empty()) {
+    for (auto it = t->buried.begin(); it != t->buried.end() && kicked.size() < bound; ++it) {
+      kicked.push_back(*it);
     }
-    if (f.due_after_ms && r.due_ms < *f.due_after_ms) return false;
-    if (f.due_before_ms && r.due_ms >= *f.due_before_ms) return false;
-    return true;
+  } else {
+    for (auto it = t->delayed.begin(); it != t->delayed.end() && kicked.size() < bound; ++it) {
+      kicked.push_back(*it);
+    }
+    std::vector<JobRecord> far;
+    if (kicked.size() < bound && t->far_delayed > 0) {
+      auto r = store_.FarDelayed(t->name, loaded_minute_ - 1, bound - kicked.size() + 64);
+      if (!r.ok()) return done(r.status());
+      far = std::move(r).value();
+    }
+    for (const JobRecord& rec : far) {
+      if (kicked.size() >= bound) break;
+      auto still_far = FindFar(rec.id);  // skips jobs already in memory
+      if (!still_far.ok() || !still_far.value()) continue;
+      kicked.push_back(MaterializeFar(**still_far));
+    }
+  }
+  if (kicked.empty()) return done(uint64_t{0});
+  // KICKED counts the kicks the store took: a failed one is undone (Resync),
+  // and only when none took is the failure the answer.
+  struct Join {
+    size_t left;
+    uint64_t kicked = 0;
+    Status status;
+    std::function<void(Result<uint64_t>)> done;
   };
-  ListPage page;
-  if (f.state == JobState::kReserved) {
-    // Reservations live only in memory.
-    std::vector<Job*> held;
-    for (auto& [id, j] : jobs_) {
-      if (id > f.after_id && j->state == JobState::kReserved) held.push_back(j.get());
-    }
-    std::sort(held.begin(), held.end(), [](Job* a, Job* b) { return a->id < b->id; });
-    for (Job* j : held) {
-      JobInfo info = Info(*j);
-      if (!matches(info)) continue;
-      if (page.jobs.size() == f.limit) {
-        page.next_cursor = page.jobs.back().record.id;
-        break;
+  auto join = std::make_shared<Join>(Join{kicked.size(), 0, Status::Ok(), std::move(done)});
+  for (Job* j : kicked) {
+    KickOne(j, /*fresh_budget=*/false, [join](const Status& s) {
+      if (s.ok()) {
+        ++join->kicked;
+      } else {
+        join->status = s;
       }
-      page.jobs.push_back(std::move(info));
-    }
-    return page;
+      if (--join->left > 0) return;
+      if (join->kicked > 0) return join->done(join->kicked);
+      join->done(join->status);
+    });
   }
-  store::ListQuery q;
-  q.tube = f.topic;
-  if (f.state) q.state = ToStored(*f.state);
-  q.key_prefix = f.key_prefix;
-  q.due_after_ms = f.due_after_ms;
-  q.due_before_ms = f.due_before_ms;
-  q.after_id = f.after_id;
-  q.limit = f.limit + 1;
-  auto rows = store_.List(q);
-  if (!rows.ok()) return rows.status();
-  // Memory is newer than the store for the jobs it holds.
-  for (JobRecord& r : rows.value()) {
-    if (page.jobs.size() == f.limit) {
-      page.next_cursor = page.jobs.empty() ? r.id - 1 : page.jobs.back().record.id;
-      break;
-    }
-    auto it = jobs_.find(r.id);
-    JobInfo info;
-    if (it == jobs_.end()) {
-      info = Info(std::move(r));
-    } else if (!Visible(it->second->state)) {
-      continue;
-    } else {
-      info = Info(*it->second);
-    }
-    if (matches(info)) page.jobs.push_back(std::move(info));
-  }
-  if (page.next_cursor == 0 && rows->size() > f.limit) page.next_cursor = rows->back().id - 1;
-  return page;
 }
-
-// ---------------------------------------------------------------- changes
 
 void Engine::Modify(uint64_t id, const JobPatch& p, Done done) {
   auto found = FindOrLoad(id, [](const Job& j) { return j.state != JobState::kReserved; });
@@ -309,8 +306,6 @@ void Engine::Retry(uint64_t id, Done done) {
   KickOne(j, /*fresh_budget=*/true, std::move(done));
 }
 
-// ---------------------------------------------------------------- HTTP pull
-
 Result<JobInfo> Engine::AdoptReservation(Client* c, uint64_t id) {
   Job* j = ReservedBy(c, id);
   if (j == nullptr) return Status::NotFound("reservation lost");
@@ -340,47 +335,61 @@ void Engine::SettleHttp(uint64_t id, uint32_t lease, Settle how, uint32_t priori
   }
 }
 
-// ---------------------------------------------------------------- topics
-
-std::vector<TopicInfo> Engine::Topics() const {
-  std::vector<TopicInfo> out;
-  for (auto& t : tubes_) out.push_back(Topic(t->name).value());
-  std::sort(out.begin(), out.end(),
-            [](const TopicInfo& a, const TopicInfo& b) { return a.name < b.name; });
-  return out;
+std::optional<PushLease> Engine::TakePush(const std::string& topic) {
+  Tube* t = FindTube(topic);
+  if (t == nullptr || Paused(t) || t->push_ready.empty()) return std::nullopt;
+  Job* j = *t->push_ready.begin();
+  // The reservation outlives the request's own timeout, so it runs out only
+  // when the dispatcher is gone (it then returns to ready and is redelivered).
+  Hold(j, push_holder_, j->extra->spec->target->timeout_ms + options_.push_ttr_margin_ms);
+  PushLease lease;
+  lease.id = j->id;
+  lease.attempt = j->counters.reserves;
+  lease.topic = t->name;
+  lease.due_ms = j->due_ms;
+  lease.run_at_ms = j->run_at_ms;
+  lease.created_ms = j->created_ms;
+  lease.key = j->extra->key;
+  lease.body = j->body;
+  lease.spec = j->extra->spec;
+  return lease;
 }
 
-Result<TopicInfo> Engine::Topic(const std::string& name) const {
-  Tube* t = FindTube(name);
-  if (t == nullptr) return Status::NotFound("no such topic");
-  TopicInfo info;
-  info.name = t->name;
-  info.ready = t->ready.size() + t->push_ready.size();
-  info.delayed = t->delayed.size() + t->far_delayed;
-  info.reserved = t->reserved;
-  info.buried = t->buried.size();
-  info.total_jobs = t->total_jobs;
-  info.paused = Paused(t);
-  if (info.paused) info.pause_left_ms = (t->unpause_us - clock_.SteadyMicros()) / 1000;
-  int64_t oldest = 0;
-  for (const auto* set : {&t->ready, &t->push_ready}) {
-    for (const Job* j : *set) {
-      if (oldest == 0 || j->due_ms < oldest) oldest = j->due_ms;
-    }
+void Engine::PushDone(uint64_t id, const Attempt& a, int64_t retry_delay_ms, Done done) {
+  Job* j = FindLive(id);
+  if (j == nullptr || j->state != JobState::kReserved || j->reserver != push_holder_ ||
+      j->counters.reserves != a.number) {
+    return done(Status::Conflict("the delivery's reservation ran out"));
   }
-  info.oldest_ready_due_ms = oldest;
-  info.settings = t->settings;
-  return info;
+  if (!j->extra) j->extra = std::make_unique<JobExtra>();
+  if (!a.error.empty()) j->extra->last_error = a.error;
+  AppendAttempt(j->extra->attempt_log, a, options_.attempt_log_size);
+  // Lost to a power cut, any of these brings back a delivery, like a release
+  // or bury over beanstalk.
+  switch (a.outcome) {
+    case AttemptOutcome::kOk:
+      return Finish(j, std::move(done));
+    case AttemptOutcome::kRetry:
+      return Requeue(j, j->priority, retry_delay_ms, std::move(done));
+    case AttemptOutcome::kDead:
+      return BuryHeld(j, j->priority, std::move(done));
+  }
 }
 
-void Engine::SetTopicSettings(const std::string& name,
-                              std::shared_ptr<const TopicSettings> settings, Done done) {
-  store_.Submit(Mutation::TopicSettings(name, settings ? EncodeSettings(*settings) : ""),
-                [this, name, settings, done = std::move(done)](const Status& s) {
-                  if (s.ok()) {
-                    Tube* t = FindOrMakeTube(name);
-                    t->settings = settings;
-                    MaybeDropTube(t);
+void Engine::PauseTube(const std::string& name, int64_t delay_ms, Done done) {
+  if (FindTube(name) == nullptr) return done(Status::NotFound("no such tube"));
+  // The pause takes effect once durable, so a failed write changes nothing.
+  // The pause counts from the command, not from the commit.
+  const int64_t start_us = clock_.SteadyMicros();
+  store_.Submit(Mutation::PauseTube(name, delay_ms, clock_.WallMillis() + delay_ms),
+                [this, name, delay_ms, start_us, done = std::move(done)](const Status& s) {
+                  Tube* t = FindTube(name);
+                  if (s.ok() && t != nullptr) {
+                    t->pause_ms = delay_ms;
+                    // beanstalkd pauses for at least a moment even when asked for 0 s.
+                    t->unpause_us = start_us + std::max<int64_t>(delay_ms * 1000, 1);
+                    ++t->pauses;
+                    Schedule(t->timer, TickAtSteady(t->unpause_us));
                   }
                   done(s);
                 });
@@ -397,6 +406,19 @@ void Engine::ResumeTube(const std::string& name, Done done) {
                     wheel_.Cancel(&t->timer.node);
                     Serve(t);
                     NotifyPush(t);
+                  }
+                  done(s);
+                });
+}
+
+void Engine::SetTopicSettings(const std::string& name,
+                              std::shared_ptr<const TopicSettings> settings, Done done) {
+  store_.Submit(Mutation::TopicSettings(name, settings ? EncodeSettings(*settings) : ""),
+                [this, name, settings, done = std::move(done)](const Status& s) {
+                  if (s.ok()) {
+                    Tube* t = FindOrMakeTube(name);
+                    t->settings = settings;
+                    MaybeDropTube(t);
                   }
                   done(s);
                 });

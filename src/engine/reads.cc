@@ -1,0 +1,268 @@
+// Reads: peeks, stats, jobs and topics, merging memory (newer) with the
+// store for jobs memory does not hold.
+#include <algorithm>
+
+#include "engine/engine.h"
+#include "engine/spec_json.h"
+
+namespace delayd::engine {
+
+using store::JobRecord;
+using store::StoredState;
+
+Result<JobView> Engine::Peek(uint64_t id) {
+  if (Job* j = FindLive(id)) return View(*j);
+  auto far = FindFar(id);
+  if (!far.ok()) return far.status();
+  if (!far.value()) return Status::NotFound("no such job");
+  return JobView{id, std::make_shared<const std::string>(std::move((*far)->body))};
+}
+
+Result<JobView> Engine::PeekReady(Client* c) {
+  if (c->use->ready.empty()) return Status::NotFound("no ready job");
+  return View(**c->use->ready.begin());
+}
+
+Result<JobView> Engine::PeekDelayed(Client* c) {
+  Tube* t = c->use;
+  if (!t->delayed.empty()) return View(**t->delayed.begin());
+  if (t->far_delayed > 0) {
+    auto r = store_.FarDelayed(t->name, loaded_minute_ - 1, 64);
+    if (!r.ok()) return r.status();
+    for (JobRecord& rec : r.value()) {
+      auto far = FindFar(rec.id);
+      if (far.ok() && far.value()) {
+        return JobView{rec.id, std::make_shared<const std::string>(std::move(rec.body))};
+      }
+    }
+  }
+  return Status::NotFound("no delayed job");
+}
+
+Result<JobView> Engine::PeekBuried(Client* c) {
+  if (c->use->buried.empty()) return Status::NotFound("no buried job");
+  return View(**c->use->buried.begin());
+}
+
+Result<JobStats> Engine::StatsJob(uint64_t id) {
+  const int64_t now_us = clock_.SteadyMicros();
+  const int64_t wall_us = clock_.WallMicros();
+  JobStats s;
+  if (Job* j = FindLive(id)) {
+    s.id = j->id;
+    s.tube = j->tube->name;
+    s.state = j->state;
+    s.priority = j->priority;
+    s.age_s = (wall_us / 1000 - j->created_ms) / 1000;
+    s.delay_s = j->delay_ms / 1000;
+    s.ttr_s = j->ttr_ms / 1000;
+    if (j->state == JobState::kReserved) s.time_left_s = (j->deadline_us - now_us) / 1'000'000;
+    if (j->state == JobState::kDelayed) s.time_left_s = (j->due_ms * 1000 - wall_us) / 1'000'000;
+    s.counters = j->counters;
+    return s;
+  }
+  auto far = FindFar(id);
+  if (!far.ok()) return far.status();
+  if (!far.value()) return Status::NotFound("no such job");
+  const JobRecord& r = **far;
+  s.id = r.id;
+  s.tube = r.tube;
+  s.state = JobState::kDelayed;
+  s.priority = r.priority;
+  s.age_s = (wall_us / 1000 - r.created_ms) / 1000;
+  s.delay_s = r.delay_ms / 1000;
+  s.ttr_s = r.ttr_ms / 1000;
+  s.time_left_s = (r.due_ms * 1000 - wall_us) / 1'000'000;
+  s.counters = r.counters;
+  return s;
+}
+
+Result<TubeStats> Engine::StatsTube(const std::string& name) const {
+  Tube* t = FindTube(name);
+  if (t == nullptr) return Status::NotFound("no such tube");
+  TubeStats s;
+  s.name = t->name;
+  s.urgent = t->urgent;
+  s.ready = t->ready.size() + t->push_ready.size();
+  s.reserved = t->reserved;
+  s.delayed = t->delayed.size() + t->far_delayed;
+  s.buried = t->buried.size();
+  s.total_jobs = t->total_jobs;
+  s.using_count = t->using_count;
+  s.watching_count = t->watching_count;
+  s.waiting = t->waiters.size();
+  s.deletes = t->deletes;
+  s.pauses = t->pauses;
+  if (Paused(t)) {  // a pause whose end has passed reads as none
+    s.pause_s = t->pause_ms / 1000;
+    s.pause_left_s = (t->unpause_us - clock_.SteadyMicros()) / 1'000'000;
+  }
+  return s;
+}
+
+EngineStats Engine::Stats() const {
+  EngineStats s;
+  for (auto& t : tubes_) {
+    s.urgent += t->urgent;
+    s.ready += t->ready.size() + t->push_ready.size();
+    s.reserved += t->reserved;
+    s.delayed += t->delayed.size() + t->far_delayed;
+    s.buried += t->buried.size();
+  }
+  s.total_jobs = total_jobs_;
+  s.job_timeouts = job_timeouts_;
+  s.tubes = tubes_.size();
+  s.waiting = waiting_;
+  s.draining = draining_;
+  return s;
+}
+
+JobInfo Engine::Info(const Job& j) const {
+  JobInfo info;
+  info.record = Record(j);
+  info.record.body = *j.body;
+  if (j.extra) info.spec = j.extra->spec;
+  info.state = j.state;
+  if (j.state == JobState::kReserved) {
+    info.lease = j.counters.reserves;
+    info.lease_until_ms = clock_.WallMillis() + (j.deadline_us - clock_.SteadyMicros()) / 1000;
+    info.pushing = j.reserver == push_holder_;
+  }
+  return info;
+}
+
+JobInfo Engine::Info(JobRecord r) {
+  JobInfo info;
+  info.state = FromStored(r.state);
+  info.spec = DecodeSpec(r.spec);
+  info.record = std::move(r);
+  return info;
+}
+
+Result<JobInfo> Engine::GetJob(uint64_t id) {
+  if (Job* j = FindLive(id)) return Info(*j);
+  auto it = jobs_.find(id);
+  if (it != jobs_.end() && it->second->state == JobState::kPending) {
+    return Status::NotFound("no such job");
+  }
+  auto r = store_.Get(id);
+  if (!r.ok()) return r.status();
+  if (!r.value()) return Status::NotFound("no such job");
+  return Info(std::move(*r.value()));
+}
+
+Result<JobInfo> Engine::GetByKey(const std::string& topic, const std::string& key) {
+  auto pending = pending_keys_.find(KeyOf(topic, key));
+  if (pending != pending_keys_.end()) return Status::NotFound("no job with this key");
+  auto r = store_.GetByKey(topic, key);
+  if (!r.ok()) return r.status();
+  const auto& rec = r.value();
+  if (!rec || (rec->state == StoredState::kDone &&
+               rec->done_ms + options_.done_retention_ms <= clock_.WallMillis())) {
+    return Status::NotFound("no job with this key");
+  }
+  return GetJob(rec->id);
+}
+
+Result<ListPage> Engine::List(const ListFilter& f) {
+  auto matches = [&f](const JobInfo& info) {
+    const JobRecord& r = info.record;
+    if (f.topic && r.tube != *f.topic) return false;
+    if (f.state && *f.state != info.state) return false;
+    if (!f.key_prefix.empty() && r.key.compare(0, f.key_prefix.size(), f.key_prefix) != 0) {
+      return false;
+    }
+    if (f.due_after_ms && r.due_ms < *f.due_after_ms) return false;
+    if (f.due_before_ms && r.due_ms >= *f.due_before_ms) return false;
+    return true;
+  };
+  ListPage page;
+  if (f.state == JobState::kReserved) {
+    // Reservations live only in memory.
+    std::vector<Job*> held;
+    for (auto& [id, j] : jobs_) {
+      if (id > f.after_id && j->state == JobState::kReserved) held.push_back(j.get());
+    }
+    std::sort(held.begin(), held.end(), [](Job* a, Job* b) { return a->id < b->id; });
+    for (Job* j : held) {
+      JobInfo info = Info(*j);
+      if (!matches(info)) continue;
+      if (page.jobs.size() == f.limit) {
+        page.next_cursor = page.jobs.back().record.id;
+        break;
+      }
+      page.jobs.push_back(std::move(info));
+    }
+    return page;
+  }
+  store::ListQuery q;
+  q.tube = f.topic;
+  if (f.state) q.state = ToStored(*f.state);
+  q.key_prefix = f.key_prefix;
+  q.due_after_ms = f.due_after_ms;
+  q.due_before_ms = f.due_before_ms;
+  q.after_id = f.after_id;
+  q.limit = f.limit + 1;
+  auto rows = store_.List(q);
+  if (!rows.ok()) return rows.status();
+  // Memory is newer than the store for the jobs it holds.
+  for (JobRecord& r : rows.value()) {
+    if (page.jobs.size() == f.limit) {
+      page.next_cursor = page.jobs.empty() ? r.id - 1 : page.jobs.back().record.id;
+      break;
+    }
+    auto it = jobs_.find(r.id);
+    JobInfo info;
+    if (it == jobs_.end()) {
+      info = Info(std::move(r));
+    } else if (!Visible(it->second->state)) {
+      continue;
+    } else {
+      info = Info(*it->second);
+    }
+    if (matches(info)) page.jobs.push_back(std::move(info));
+  }
+  if (page.next_cursor == 0 && rows->size() > f.limit) page.next_cursor = rows->back().id - 1;
+  return page;
+}
+
+std::vector<TopicInfo> Engine::Topics() const {
+  std::vector<TopicInfo> out;
+  for (auto& t : tubes_) out.push_back(Topic(t->name).value());
+  std::sort(out.begin(), out.end(),
+            [](const TopicInfo& a, const TopicInfo& b) { return a.name < b.name; });
+  return out;
+}
+
+Result<TopicInfo> Engine::Topic(const std::string& name) const {
+  Tube* t = FindTube(name);
+  if (t == nullptr) return Status::NotFound("no such topic");
+  TopicInfo info;
+  info.name = t->name;
+  info.ready = t->ready.size() + t->push_ready.size();
+  info.delayed = t->delayed.size() + t->far_delayed;
+  info.reserved = t->reserved;
+  info.buried = t->buried.size();
+  info.total_jobs = t->total_jobs;
+  info.paused = Paused(t);
+  if (info.paused) info.pause_left_ms = (t->unpause_us - clock_.SteadyMicros()) / 1000;
+  int64_t oldest = 0;
+  for (const auto* set : {&t->ready, &t->push_ready}) {
+    for (const Job* j : *set) {
+      if (oldest == 0 || j->due_ms < oldest) oldest = j->due_ms;
+    }
+  }
+  info.oldest_ready_due_ms = oldest;
+  info.settings = t->settings;
+  return info;
+}
+
+std::vector<std::string> Engine::PushReadyTopics() const {
+  std::vector<std::string> out;
+  for (auto& t : tubes_) {
+    if (!t->push_ready.empty() && !Paused(t.get())) out.push_back(t->name);
+  }
+  return out;
+}
+
+}  // namespace delayd::engine

@@ -1,0 +1,167 @@
+// The job state machine: the only code that moves a job between states.
+// Make* and Detach place a job in (and take it out of) its state's set and
+// timer; the transitions below them change a job and write the change.
+// Every front door (beanstalk, HTTP, the dispatcher, the clock) goes
+// through these.
+#include "engine/engine.h"
+
+namespace delayd::engine {
+
+using store::JobRecord;
+using store::Mutation;
+using store::StoredState;
+
+void Engine::Detach(Job* j) {
+  Tube* t = j->tube;
+  switch (j->state) {
+    case JobState::kReady:
+      (j->push() ? t->push_ready : t->ready).erase(j);
+      if (j->priority < kUrgentThreshold) --t->urgent;
+      break;
+    case JobState::kDelayed:
+      t->delayed.erase(j);
+      wheel_.Cancel(&j->timer.node);
+      break;
+    case JobState::kReserved: {
+      j->reserver->reserved.erase(j);
+      --t->reserved;
+      wheel_.Cancel(&j->timer.node);
+      j->reserver = nullptr;
+      break;
+    }
+    case JobState::kBuried:
+      t->buried.erase(j);
+      break;
+    case JobState::kPending:
+    case JobState::kDone:
+    case JobState::kDeleting:
+      break;
+  }
+}
+
+void Engine::MakeReady(Job* j) {
+  j->state = JobState::kReady;
+  if (j->priority < kUrgentThreshold) ++j->tube->urgent;
+  if (j->push()) {
+    const bool was_empty = j->tube->push_ready.empty();
+    j->tube->push_ready.insert(j);
+    if (was_empty) NotifyPush(j->tube);
+    return;
+  }
+  j->tube->ready.insert(j);
+  Serve(j->tube);
+}
+
+void Engine::MakeDelayed(Job* j) {
+  j->state = JobState::kDelayed;
+  j->tube->delayed.insert(j);
+  Schedule(j->timer, TickAtWall(j->due_ms));
+}
+
+void Engine::MakeBuried(Job* j) {
+  j->bury_seq = ++bury_seq_;
+  j->state = JobState::kBuried;
+  j->tube->buried.insert(j);
+}
+
+void Engine::NotifyPush(Tube* t) {
+  if (push_listener_ && !t->push_ready.empty() && !Paused(t)) push_listener_(t->name);
+}
+
+void Engine::Publish(Job* j, const Status& s) {
+  if (!s.ok()) {
+    j->state = JobState::kDeleting;  // never visible; dropped by WriteDone
+    return;
+  }
+  ++total_jobs_;
+  ++j->tube->total_jobs;
+  if (j->delay_ms > 0 && j->due_ms * 1000 > clock_.WallMicros()) {
+    if (store::DueMinute(j->due_ms) > loaded_minute_) {
+      j->state = JobState::kDelayed;  // beyond the horizon: WriteDone hands it to the store
+    } else {
+      MakeDelayed(j);
+    }
+  } else {
+    MakeReady(j);
+  }
+}
+
+void Engine::Hold(Job* j, Client* holder, int64_t ttr_ms) {
+  Detach(j);
+  j->state = JobState::kReserved;
+  j->reserver = holder;
+  ++j->tube->reserved;
+  ++j->counters.reserves;
+  j->deadline_us = clock_.SteadyMicros() + ttr_ms * 1000;
+  holder->reserved.insert(j);
+  Schedule(j->timer, TickAtSteady(j->deadline_us));
+}
+
+// Finishing, releasing and burying a held job are acknowledged once written
+// (store::Durability::kWritten): lost to a power cut, each could only bring
+// the job back to be delivered again, which at-least-once allows.
+void Engine::Finish(Job* j, Done done) {
+  Detach(j);
+  ++j->tube->deletes;
+  j->state = JobState::kDeleting;
+  if (!j->extra) {
+    Write(j, Mutation::Delete(j->id).Written(), std::move(done));
+    return;
+  }
+  JobRecord r = Record(*j);
+  r.state = StoredState::kDone;
+  r.done_ms = clock_.WallMillis();
+  Write(j, Mutation::Update(std::move(r)).Written(), std::move(done));
+}
+
+void Engine::Cancel(Job* j, Done done) {
+  Detach(j);
+  ++j->tube->deletes;
+  j->state = JobState::kDeleting;
+  if (j->extra) j->extra->cancelled = true;
+  Write(j, Mutation::Delete(j->id), std::move(done));
+}
+
+void Engine::Requeue(Job* j, uint32_t priority, int64_t delay_ms, Done done) {
+  Detach(j);
+  j->priority = priority;
+  j->delay_ms = delay_ms;
+  ++j->counters.releases;
+  if (delay_ms > 0) {
+    j->due_ms = DueFromNow(delay_ms);
+    MakeDelayed(j);
+  } else {
+    MakeReady(j);
+  }
+  Write(j, Mutation::Update(Record(*j)).Written(), std::move(done));
+}
+
+void Engine::BuryHeld(Job* j, uint32_t priority, Done done) {
+  Detach(j);
+  j->priority = priority;
+  ++j->counters.buries;
+  MakeBuried(j);
+  Write(j, Mutation::Update(Record(*j)).Written(), std::move(done));
+}
+
+void Engine::KickOne(Job* j, bool fresh_budget, Done done) {
+  Detach(j);
+  ++j->counters.kicks;
+  if (fresh_budget) {
+    j->counters.reserves = 0;
+    j->due_ms = clock_.WallMillis();
+  }
+  MakeReady(j);
+  Write(j, Mutation::Update(Record(*j)), std::move(done));
+}
+
+void Engine::ExpireReservation(Job* j) {
+  Client* c = j->reserver;
+  Detach(j);
+  ++j->counters.timeouts;
+  ++job_timeouts_;
+  MakeReady(j);
+  if (c->waiting) ScheduleClient(c);
+}
+
+}  // namespace delayd::engine
