@@ -59,8 +59,16 @@ Dispatcher::Dispatcher(boost::asio::io_context& io, engine::Engine& engine, Http
       options_(options),
       rate_timer_(io) {}
 
+Dispatcher::~Dispatcher() {
+  if (subscription_ != 0) engine_.Unsubscribe(subscription_);
+}
+
 void Dispatcher::Start() {
-  engine_.SetPushListener([this](const std::string& topic) { OnReady(topic); });
+  subscription_ = engine_.Subscribe([this](const engine::JobEvent& e) {
+    if (e.kind == engine::JobEventKind::kReady && (e.push || e.job_id == 0)) {
+      OnReady(std::string(e.topic));
+    }
+  });
   for (const std::string& t : engine_.PushReadyTopics()) OnReady(t);
 }
 

@@ -50,6 +50,10 @@ class Dispatcher {
   Dispatcher(boost::asio::io_context& io, engine::Engine& engine, HttpSender& client,
              const Clock& clock, DispatcherOptions options);
 
+  ~Dispatcher();
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
   // Starts taking due push jobs, including those ready at recovery.
   void Start();
   // Takes no more jobs; deliveries in flight still report back.
@@ -89,6 +93,7 @@ class Dispatcher {
   DispatcherOptions options_;
   std::unordered_map<std::string, TopicState> topics_;
   std::set<std::string> runnable_;  // topics that may have push jobs ready
+  size_t subscription_ = 0;         // to the engine's events; 0 before Start
   bool pump_posted_ = false;
   bool stopped_ = false;
   boost::asio::steady_timer rate_timer_;

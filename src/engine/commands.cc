@@ -404,8 +404,7 @@ void Engine::ResumeTube(const std::string& name, Done done) {
                     t->pause_ms = 0;
                     t->unpause_us = 0;
                     wheel_.Cancel(&t->timer.node);
-                    Serve(t);
-                    NotifyPush(t);
+                    Emit(t, JobEventKind::kReady, nullptr);
                   }
                   done(s);
                 });

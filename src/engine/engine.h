@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "engine/api_types.h"
+#include "engine/events.h"
 #include "engine/stats.h"
 #include "engine/types.h"
 #include "store/store.h"
@@ -163,11 +164,16 @@ class Engine {
   // Removes done jobs past their retention (runs in the store's writer).
   void PurgeDone();
 
+  // --- events ---
+  // `fn` hears of every JobEvent from now on, on the engine's thread, from
+  // inside engine calls (after the engine's own waiters are served). It must
+  // not call back into the engine synchronously; post the follow-up instead.
+  // Returns the subscription, for Unsubscribe.
+  using Listener = std::function<void(const JobEvent&)>;
+  size_t Subscribe(Listener fn);
+  void Unsubscribe(size_t subscription);
+
   // --- push delivery ---
-  // Called with a topic's name when push jobs become ready or it unpauses.
-  void SetPushListener(std::function<void(const std::string& topic)> fn) {
-    push_listener_ = std::move(fn);
-  }
   // Reserves the topic's next due push job for the dispatcher; nullopt when
   // none is ready or the topic is paused.
   std::optional<PushLease> TakePush(const std::string& topic);
@@ -226,6 +232,7 @@ class Engine {
   void Finish(Job* j, Done done);
   // not reserved -> gone from the store with no record, its key free.
   void Cancel(Job* j, Done done);
+  Done EndedThen(Job* j, Done done);
   // reserved -> ready, or delayed by `delay_ms`.
   void Requeue(Job* j, uint32_t priority, int64_t delay_ms, Done done);
   // reserved -> buried.
@@ -236,7 +243,9 @@ class Engine {
   // The topic's defaults applied to a job being created in `t`.
   void ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const;
   void SetExtra(Job* j, const store::JobRecord& r, std::shared_ptr<const JobSpec> spec = nullptr);
-  void NotifyPush(Tube* t);
+  // Serves the tube's waiters on kReady, then tells the listeners. `j` null:
+  // the tube itself (it resumed).
+  void Emit(Tube* t, JobEventKind kind, const Job* j);
   store::JobRecord Record(const Job& j) const;
   JobView View(const Job& j) const { return {j.id, j.body}; }
   void MakeReady(Job* j);
@@ -289,7 +298,8 @@ class Engine {
   std::vector<std::unique_ptr<Client>> holders_;
   Client* http_holder_ = nullptr;  // holds reservations made over HTTP
   Client* push_holder_ = nullptr;  // holds the dispatcher's reservations
-  std::function<void(const std::string&)> push_listener_;
+  std::vector<std::pair<size_t, Listener>> listeners_;
+  size_t next_subscription_ = 1;
   // Keys of submitted jobs not yet durable: "tube\0key" -> id.
   std::unordered_map<std::string, uint64_t> pending_keys_;
 

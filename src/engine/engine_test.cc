@@ -656,6 +656,43 @@ TEST_F(EngineTest, AChangeQueuedBehindAFailedOneDecidesTheJob) {
   EXPECT_EQ(engine_->GetJob(id).status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(EngineTest, ListenersHearOfReadyReservedAndEndedJobsOnceTheStoreHasThem) {
+  std::vector<std::string> heard;
+  const size_t sub = engine_->Subscribe([&](const JobEvent& e) {
+    const char* kind = e.kind == JobEventKind::kReady      ? "ready"
+                       : e.kind == JobEventKind::kReserved ? "reserved"
+                                                           : "ended";
+    heard.push_back(std::string(kind) + " " + std::to_string(e.job_id) + " " +
+                    std::string(e.topic));
+  });
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  const uint64_t a = Put(c, "a");
+  const uint64_t b = Put(c, "b", 0, 200);
+  EXPECT_EQ(heard, (std::vector<std::string>{"ready " + std::to_string(a) + " default",
+                                             "ready " + std::to_string(b) + " default"}));
+  heard.clear();
+  engine_->Reserve(c, 0);
+  ASSERT_EQ(r.Take(), "reserved " + std::to_string(a) + " a");
+  EXPECT_EQ(heard, (std::vector<std::string>{"reserved " + std::to_string(a) + " default"}));
+  heard.clear();
+  // An end is heard once the store has it; a failed one never, and the job
+  // the failure brought back is ready again.
+  flaky_->failing = true;
+  EXPECT_FALSE(Await([&](Engine::Done d) { engine_->Delete(c, b, d); }).ok());
+  flaky_->failing = false;
+  EXPECT_EQ(heard, (std::vector<std::string>{"ready " + std::to_string(b) + " default"}));
+  heard.clear();
+  std::optional<Status> deleted;
+  engine_->Delete(c, a, [&](const Status& s) { deleted = s; });
+  EXPECT_EQ(heard, std::vector<std::string>{}) << "not before the store has it";
+  RunUntil([&] { return deleted.has_value(); });
+  EXPECT_EQ(heard, (std::vector<std::string>{"ended " + std::to_string(a) + " default"}));
+  engine_->Unsubscribe(sub);
+  Put(c, "c");
+  EXPECT_EQ(heard.size(), 1u) << "nothing after Unsubscribe";
+}
+
 TEST_F(EngineTest, DrainingRefusesPuts) {
   Recorder r;
   Client* c = engine_->Connect(&r);

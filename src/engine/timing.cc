@@ -76,8 +76,7 @@ void Engine::Fire(EngineTimer* t) {
       Tube* tube = static_cast<Tube*>(t->owner);
       tube->pause_ms = 0;
       tube->unpause_us = 0;
-      Serve(tube);
-      NotifyPush(tube);
+      Emit(tube, JobEventKind::kReady, nullptr);
       break;
     }
     case TimerKind::kLoader:

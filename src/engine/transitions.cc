@@ -42,14 +42,8 @@ void Engine::Detach(Job* j) {
 void Engine::MakeReady(Job* j) {
   j->state = JobState::kReady;
   if (j->priority < kUrgentThreshold) ++j->tube->urgent;
-  if (j->push()) {
-    const bool was_empty = j->tube->push_ready.empty();
-    j->tube->push_ready.insert(j);
-    if (was_empty) NotifyPush(j->tube);
-    return;
-  }
-  j->tube->ready.insert(j);
-  Serve(j->tube);
+  (j->push() ? j->tube->push_ready : j->tube->ready).insert(j);
+  Emit(j->tube, JobEventKind::kReady, j);
 }
 
 void Engine::MakeDelayed(Job* j) {
@@ -64,8 +58,19 @@ void Engine::MakeBuried(Job* j) {
   j->tube->buried.insert(j);
 }
 
-void Engine::NotifyPush(Tube* t) {
-  if (push_listener_ && !t->push_ready.empty() && !Paused(t)) push_listener_(t->name);
+void Engine::Emit(Tube* t, JobEventKind kind, const Job* j) {
+  if (kind == JobEventKind::kReady && (j == nullptr || !j->push())) Serve(t);
+  const JobEvent e{kind, j != nullptr ? j->id : 0, t->name, j != nullptr && j->push()};
+  for (const auto& [id, fn] : listeners_) fn(e);
+}
+
+size_t Engine::Subscribe(Listener fn) {
+  listeners_.emplace_back(next_subscription_, std::move(fn));
+  return next_subscription_++;
+}
+
+void Engine::Unsubscribe(size_t subscription) {
+  std::erase_if(listeners_, [&](const auto& l) { return l.first == subscription; });
 }
 
 void Engine::Publish(Job* j, const Status& s) {
@@ -95,6 +100,7 @@ void Engine::Hold(Job* j, Client* holder, int64_t ttr_ms) {
   j->deadline_us = clock_.SteadyMicros() + ttr_ms * 1000;
   holder->reserved.insert(j);
   Schedule(j->timer, TickAtSteady(j->deadline_us));
+  Emit(j->tube, JobEventKind::kReserved, j);
 }
 
 // Finishing, releasing and burying a held job are acknowledged once written
@@ -104,14 +110,14 @@ void Engine::Finish(Job* j, Done done) {
   Detach(j);
   ++j->tube->deletes;
   j->state = JobState::kDeleting;
-  if (!j->extra) {
-    Write(j, Mutation::Delete(j->id).Written(), std::move(done));
-    return;
+  Mutation m = Mutation::Delete(j->id).Written();
+  if (j->extra) {
+    JobRecord r = Record(*j);
+    r.state = StoredState::kDone;
+    r.done_ms = clock_.WallMillis();
+    m = Mutation::Update(std::move(r)).Written();
   }
-  JobRecord r = Record(*j);
-  r.state = StoredState::kDone;
-  r.done_ms = clock_.WallMillis();
-  Write(j, Mutation::Update(std::move(r)).Written(), std::move(done));
+  Write(j, std::move(m), EndedThen(j, std::move(done)));
 }
 
 void Engine::Cancel(Job* j, Done done) {
@@ -119,7 +125,16 @@ void Engine::Cancel(Job* j, Done done) {
   ++j->tube->deletes;
   j->state = JobState::kDeleting;
   if (j->extra) j->extra->cancelled = true;
-  Write(j, Mutation::Delete(j->id), std::move(done));
+  Write(j, Mutation::Delete(j->id), EndedThen(j, std::move(done)));
+}
+
+// The job ends when the store has it ended (a failed write brings it back),
+// and is still pinned in memory while `done` runs.
+Engine::Done Engine::EndedThen(Job* j, Done done) {
+  return [this, j, done = std::move(done)](const Status& s) {
+    if (s.ok()) Emit(j->tube, JobEventKind::kEnded, j);
+    done(s);
+  };
 }
 
 void Engine::Requeue(Job* j, uint32_t priority, int64_t delay_ms, Done done) {

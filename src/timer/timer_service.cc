@@ -26,7 +26,22 @@ TimerService::TimerService(store::Store& store, engine::Engine& engine, const Cl
                            TimerOptions options, WakeFn wake)
     : store_(store), engine_(engine), clock_(clock), options_(options), wake_(std::move(wake)) {}
 
+TimerService::~TimerService() {
+  if (subscription_ != 0) engine_.Unsubscribe(subscription_);
+}
+
 Status TimerService::Start() {
+  // A fire's job that ended no longer holds back the next fire under the
+  // overlap policy, and the timer need not ask the engine (or the store,
+  // once the job is gone from memory) about it.
+  subscription_ = engine_.Subscribe([this](const engine::JobEvent& e) {
+    if (e.kind != engine::JobEventKind::kEnded) return;
+    auto job = timer_of_job_.find(e.job_id);
+    if (job == timer_of_job_.end()) return;
+    auto t = loaded_.find(job->second);
+    if (t != loaded_.end() && t->second.last_job_id == e.job_id) t->second.last_job_id = 0;
+    timer_of_job_.erase(job);
+  });
   Result<uint64_t> next = store_.NextTimerId();
   if (!next.ok()) return next.status();
   next_id_ = *next;
@@ -144,7 +159,7 @@ void TimerService::Hold(const TimerRecord& record, std::shared_ptr<const Compile
   t.record = record;
   t.compiled = std::move(compiled);
   t.generation = ++generation_;
-  t.last_job_id = last_job_id;
+  SetLastJob(record.id, t, last_job_id);
   t.in_flight = false;
   Queue(t, record.next_fire_ms - Lead(record));
 }
@@ -158,7 +173,14 @@ void TimerService::Drop(uint64_t id) {
   auto it = loaded_.find(id);
   if (it == loaded_.end()) return;
   due_.erase({it->second.process_at_ms, id});
+  timer_of_job_.erase(it->second.last_job_id);
   loaded_.erase(it);
+}
+
+void TimerService::SetLastJob(uint64_t timer_id, Loaded& t, uint64_t job_id) {
+  if (t.last_job_id != 0) timer_of_job_.erase(t.last_job_id);
+  t.last_job_id = job_id;
+  if (job_id != 0) timer_of_job_[job_id] = timer_id;
 }
 
 void TimerService::Queue(Loaded& t, int64_t at_ms) {
@@ -277,7 +299,7 @@ void TimerService::Fired(uint64_t id, uint64_t generation, const Status& s, int6
   if (s.ok()) {
     t.record.next_fire_ms = next_ms;
     t.record.last_fire_ms = last_ms;
-    if (job_id != 0) t.last_job_id = job_id;
+    if (job_id != 0) SetLastJob(id, t, job_id);
     if (next_ms == 0 || next_ms >= loaded_until_ms_) {
       Drop(id);
     } else {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -58,6 +59,9 @@ class TimerService {
 
   TimerService(store::Store& store, engine::Engine& engine, const Clock& clock,
                TimerOptions options, WakeFn wake);
+  ~TimerService();
+  TimerService(const TimerService&) = delete;
+  TimerService& operator=(const TimerService&) = delete;
 
   // Reads the next timer id and loads the first window. Call once, after
   // the engine recovered.
@@ -121,6 +125,8 @@ class TimerService {
   void Fired(uint64_t id, uint64_t generation, const Status& s, int64_t next_ms, int64_t last_ms,
              uint64_t job_id);
   bool StillRunning(uint64_t job_id);
+  // Sets the job of `t`'s latest fire, which the engine's kEnded clears.
+  void SetLastJob(uint64_t timer_id, Loaded& t, uint64_t job_id);
   void Put(store::TimerRecord record, std::shared_ptr<const Compiled> compiled, InfoDone done);
   // Tells the host when to tick next; `force` after a tick, which used up
   // the host's timer.
@@ -133,6 +139,9 @@ class TimerService {
   WakeFn wake_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, Loaded> loaded_;
+  // A loaded timer's latest fire job -> the timer, until the job ends.
+  std::unordered_map<uint64_t, uint64_t> timer_of_job_;
+  size_t subscription_ = 0;                     // to the engine's events
   std::set<std::pair<int64_t, uint64_t>> due_;  // (process_at_ms, id), not in flight
   int64_t loaded_until_ms_ = 0;                 // every timer firing before this is in memory
   int64_t armed_ms_ = -1;
