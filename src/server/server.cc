@@ -51,7 +51,8 @@ Server::~Server() {
   listener_.reset();
   if (store_) store_->Close();
   io_.restart();
-  io_.poll();  // completions of the last batch
+  io_.poll();       // completions of the last batch
+  timers_.reset();  // unsubscribes from the engine, so before it
   engine_.reset();
   store_.reset();
 }
