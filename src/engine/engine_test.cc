@@ -519,7 +519,12 @@ TEST_F(EngineTest, AFailedWriteOfEveryKindOfChangeLeavesTheJobAsTheStoreHasIt) {
       return Await([&](Engine::Done d) { engine_->PushDone(id, a, 2000, d); });
     };
   };
-  auto status_of = [](const Result<uint64_t>& x) { return x.status(); };
+  auto kick = [&](uint64_t) {
+    std::optional<Result<uint64_t>> out;
+    engine_->Kick(c, 10, [&](Result<uint64_t> x) { out = x; });
+    RunUntil([&] { return out.has_value(); });
+    return out->status();
+  };
 
   struct Case {
     std::string name;
@@ -552,22 +557,8 @@ TEST_F(EngineTest, AFailedWriteOfEveryKindOfChangeLeavesTheJobAsTheStoreHasIt) {
       {"bury", reserved,
        [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->Bury(c, id, 9, d); }); },
        "ready"},
-      {"kick of buried jobs", buried,
-       [&](uint64_t) {
-         std::optional<Result<uint64_t>> out;
-         engine_->Kick(c, 10, [&](Result<uint64_t> x) { out = x; });
-         RunUntil([&] { return out.has_value(); });
-         return status_of(*out);
-       },
-       "buried"},
-      {"kick of delayed jobs", [&] { return put(5000); },
-       [&](uint64_t) {
-         std::optional<Result<uint64_t>> out;
-         engine_->Kick(c, 10, [&](Result<uint64_t> x) { out = x; });
-         RunUntil([&] { return out.has_value(); });
-         return status_of(*out);
-       },
-       "delayed"},
+      {"kick of buried jobs", buried, kick, "buried"},
+      {"kick of delayed jobs", [&] { return put(5000); }, kick, "delayed"},
       {"kick-job of a delayed job", [&] { return put(5000); },
        [&](uint64_t id) { return Await([&](Engine::Done d) { engine_->KickJob(id, d); }); },
        "delayed"},

@@ -83,9 +83,9 @@ Result<TubeStats> Engine::StatsTube(const std::string& name) const {
   TubeStats s;
   s.name = t->name;
   s.urgent = t->urgent;
-  s.ready = t->ready.size() + t->push_ready.size();
+  s.ready = t->ready_count();
   s.reserved = t->reserved;
-  s.delayed = t->delayed.size() + t->far_delayed;
+  s.delayed = t->delayed_count();
   s.buried = t->buried.size();
   s.total_jobs = t->total_jobs;
   s.using_count = t->using_count;
@@ -104,9 +104,9 @@ EngineStats Engine::Stats() const {
   EngineStats s;
   for (auto& t : tubes_) {
     s.urgent += t->urgent;
-    s.ready += t->ready.size() + t->push_ready.size();
+    s.ready += t->ready_count();
     s.reserved += t->reserved;
-    s.delayed += t->delayed.size() + t->far_delayed;
+    s.delayed += t->delayed_count();
     s.buried += t->buried.size();
   }
   s.total_jobs = total_jobs_;
@@ -239,8 +239,8 @@ Result<TopicInfo> Engine::Topic(const std::string& name) const {
   if (t == nullptr) return Status::NotFound("no such topic");
   TopicInfo info;
   info.name = t->name;
-  info.ready = t->ready.size() + t->push_ready.size();
-  info.delayed = t->delayed.size() + t->far_delayed;
+  info.ready = t->ready_count();
+  info.delayed = t->delayed_count();
   info.reserved = t->reserved;
   info.buried = t->buried.size();
   info.total_jobs = t->total_jobs;

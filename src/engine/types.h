@@ -113,6 +113,10 @@ struct Tube {
   // A pause is over from the moment its end passes, before the unpause timer
   // has run: beanstalkd's `pause-tube T 0` is over at the very next reserve.
   bool PausedAt(int64_t steady_us) const { return unpause_us > steady_us; }
+  // What stats and topics count: ready jobs of either kind, and delayed ones
+  // in memory or only in the store.
+  uint64_t ready_count() const { return ready.size() + push_ready.size(); }
+  uint64_t delayed_count() const { return delayed.size() + far_delayed; }
   uint64_t refs() const {
     return jobs + far_delayed + using_count + watching_count + (permanent || settings ? 1 : 0);
   }
