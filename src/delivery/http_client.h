@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/executor.h"
 #include "delivery/target_policy.h"
 
 namespace delayd::delivery {
@@ -53,8 +54,6 @@ class HttpSender {
 
 class HttpClient final : public HttpSender {
  public:
-  using Executor = std::function<void(std::function<void()>)>;
-
   // `max_connections`: idle connections kept open for reuse, all hosts together.
   // Every connection is opened only to an address `policy` allows; a refused
   // one fails the request with the policy's reason.

@@ -10,6 +10,8 @@
 // Durability asks: synced to disk, or written to the operating system and
 // synced within the store's sync delay. A sync covers everything committed
 // before it, so a power cut loses a suffix of the commits, never a hole.
+// CommitQueue (store/commit_queue.h) implements all of this for any store
+// that can commit a batch in one transaction and sync.
 //
 // Reads are synchronous and see every mutation whose done callback has run
 // (and possibly later ones already committed).

@@ -376,7 +376,12 @@ class SqliteStore::Statements {
 };
 
 SqliteStore::SqliteStore(SqliteOptions options, Executor executor)
-    : options_(std::move(options)), executor_(std::move(executor)) {}
+    : options_(std::move(options)),
+      queue_(*this,
+             {.max_batch = options_.max_batch,
+              .sync_delay_ms = options_.sync_delay_ms,
+              .writer_nice = options_.writer_nice},
+             std::move(executor)) {}
 
 Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteOptions options, Executor executor) {
   std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(options), std::move(executor)));
@@ -400,8 +405,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteOptions options, Ex
   s = OpenDb(store->options_.path, kCheckpointCacheKib, &store->checkpoint_db_);
   if (!s.ok()) return s;
   sqlite3_wal_hook(store->write_db_, &SqliteStore::OnCommit, store.get());
-  store->writer_ = std::thread([p = store.get()] { p->WriterLoop(); });
-  store->syncer_ = std::thread([p = store.get()] { p->SyncerLoop(); });
+  store->queue_.Start();
   store->checkpointer_ = std::thread([p = store.get()] { p->CheckpointerLoop(); });
   return store;
 }
@@ -503,137 +507,10 @@ Result<Recovered> SqliteStore::Recover(int64_t horizon_minute) {
   return r;
 }
 
-void SqliteStore::Submit(Mutation m, Done done) {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) {
-      // Nothing is accepted after Close(); tell the caller rather than drop it.
-      executor_([done = std::move(done)] { done(Status::Unavailable("store closed")); });
-      return;
-    }
-    queue_.push_back({std::move(m), {}, std::move(done), Status::Ok()});
-  }
-  cv_.notify_one();
-}
+void SqliteStore::Submit(Mutation m, Done done) { queue_.Submit(std::move(m), std::move(done)); }
 
 void SqliteStore::SubmitAll(std::vector<Mutation> ms, Done done) {
-  if (ms.empty()) {
-    executor_([done = std::move(done)] { done(Status::Ok()); });
-    return;
-  }
-  Mutation first = std::move(ms.front());
-  ms.erase(ms.begin());
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) {
-      executor_([done = std::move(done)] { done(Status::Unavailable("store closed")); });
-      return;
-    }
-    queue_.push_back({std::move(first), std::move(ms), std::move(done), Status::Ok()});
-  }
-  cv_.notify_one();
-}
-
-void SqliteStore::WriterLoop() {
-  // The writer yields the CPU to the event loop: on a busy machine, firing
-  // due jobs on time matters more than a commit a moment sooner (Linux nice
-  // values are per thread).
-  if (options_.writer_nice != 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)),
-                                               options_.writer_nice) != 0) {
-    spdlog::warn("store: cannot lower the writer thread's priority");
-  }
-  const auto sync_delay = std::chrono::milliseconds(options_.sync_delay_ms);
-  for (;;) {
-    std::deque<Pending> batch;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything is applied
-      if (queue_.size() <= options_.max_batch) {
-        batch.swap(queue_);
-      } else {
-        auto end = queue_.begin() + static_cast<std::ptrdiff_t>(options_.max_batch);
-        batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(end));
-        queue_.erase(queue_.begin(), end);
-      }
-    }
-    Status s = ApplyBatch(batch);
-    // A conflict (a taken key or name) is the client's, answered as such.
-    if (!s.ok() && s.code() != StatusCode::kConflict) {
-      spdlog::error("store: batch of {} failed: {}", batch.size(), s.ToString());
-    }
-    {
-      std::lock_guard lock(mu_);
-      ++stats_.batches;
-      stats_.mutations += batch.size();
-    }
-    if (!s.ok()) {  // rolled back: nothing to sync, everyone is told
-      Complete(std::move(batch), s);
-      continue;
-    }
-    // Written-only submissions are answered now; the rest once the syncer
-    // has synced this commit. The writer goes on meanwhile.
-    std::deque<Pending> written, synced;
-    for (auto& p : batch) {
-      bool w = options_.sync_delay_ms > 0 && p.mutation.durability == Durability::kWritten;
-      for (const Mutation& m : p.more) w = w && m.durability == Durability::kWritten;
-      (w ? written : synced).push_back(std::move(p));
-    }
-    if (!written.empty()) Complete(std::move(written), Status::Ok());
-    {
-      std::lock_guard lock(sync_mu_);
-      ++committed_;
-      if (!synced.empty()) awaiting_.push_back({committed_, std::move(synced)});
-      if (!sync_by_) sync_by_ = std::chrono::steady_clock::now() + sync_delay;
-    }
-    sync_cv_.notify_one();
-  }
-}
-
-void SqliteStore::SyncerLoop() {
-  using Clock = std::chrono::steady_clock;
-  const auto sync_delay = std::chrono::milliseconds(options_.sync_delay_ms);
-  for (;;) {
-    uint64_t target = 0;
-    bool stopping = false;
-    {
-      std::unique_lock lock(sync_mu_);
-      for (;;) {
-        const bool owed = committed_ > synced_;
-        stopping = sync_stopping_;
-        const auto due = sync_by_.value_or(Clock::now());  // set whenever one is owed
-        if (owed && (!awaiting_.empty() || stopping || Clock::now() >= due)) break;
-        if (!owed && stopping) {
-          CloseLogFile();
-          return;
-        }
-        if (owed) {
-          sync_cv_.wait_until(lock, due);
-        } else {
-          sync_cv_.wait(lock);
-        }
-      }
-      target = committed_;
-      sync_by_.reset();
-    }
-    // Commits the writer makes during this sync wait for the next one.
-    Status s = SyncLog();
-    if (!s.ok()) spdlog::error("store: {}", s.ToString());
-    std::deque<Pending> answered;
-    {
-      std::lock_guard lock(sync_mu_);
-      if (s.ok() || stopping) {
-        synced_ = target;  // on a failure at close, there is no one left to retry for
-      } else if (!sync_by_) {
-        sync_by_ = Clock::now() + sync_delay;  // try again
-      }
-      while (!awaiting_.empty() && awaiting_.front().batch <= target) {
-        for (auto& p : awaiting_.front().submissions) answered.push_back(std::move(p));
-        awaiting_.pop_front();
-      }
-    }
-    if (!answered.empty()) Complete(std::move(answered), s);
-  }
+  queue_.SubmitAll(std::move(ms), std::move(done));
 }
 
 // A checkpoint copies each page of the log into the database once, however
@@ -704,13 +581,7 @@ void SqliteStore::CheckpointerLoop() {
   }
 }
 
-void SqliteStore::Complete(std::deque<Pending> batch, const Status& s) {
-  executor_([batch = std::make_shared<std::deque<Pending>>(std::move(batch)), s] {
-    for (auto& p : *batch) p.done(s.ok() ? p.status : s);
-  });
-}
-
-Status SqliteStore::SyncLog() {
+Status SqliteStore::Sync() {
   // A handle of our own on the write-ahead log, opened through the VFS the
   // database uses: syncing it syncs the file (the page cache is per file),
   // without touching the writer's handle, which is busy with the next batch.
@@ -737,8 +608,6 @@ Status SqliteStore::SyncLog() {
   if (int rc = log_file_->pMethods->xSync(log_file_.get(), SQLITE_SYNC_NORMAL); rc != SQLITE_OK) {
     return StoreError(rc, "sync " + log_path_ + ": " + sqlite3_errstr(rc));
   }
-  std::lock_guard lock(mu_);
-  ++stats_.syncs;
   return Status::Ok();
 }
 
@@ -864,20 +733,21 @@ bool MayConflict(const Mutation& m) {
 
 }  // namespace
 
-Status SqliteStore::ApplyOne(Pending& p, uint64_t* max_id) {
+Status SqliteStore::ApplyOne(const CommitQueue::Submission& p, uint64_t* max_id) {
   Status s = Apply(p.mutation, max_id);
   for (size_t i = 0; s.ok() && i < p.more.size(); ++i) s = Apply(p.more[i], max_id);
   return s;
 }
 
-Status SqliteStore::ApplyBatch(std::deque<Pending>& batch) {
+Status SqliteStore::Commit(CommitQueue::Batch& batch) {
   Statements& st = *write_stmts_;
   Status s = Exec(write_db_, "BEGIN IMMEDIATE");
   if (!s.ok()) return s;
   uint64_t max_id = 0;
   for (auto& p : batch) {
-    bool isolate = batch.size() > 1 && MayConflict(p.mutation);
-    for (const Mutation& m : p.more) isolate = isolate || (batch.size() > 1 && MayConflict(m));
+    bool isolate = false;
+    if (batch.size() > 1)
+      p.ForEach([&](const Mutation& m) { isolate = isolate || MayConflict(m); });
     if (!isolate) {
       s = ApplyOne(p, &max_id);
       if (!s.ok()) break;
@@ -1059,26 +929,11 @@ Result<std::vector<JobRecord>> SqliteStore::FarDelayed(const std::string& tube,
   return ReadJobs(q);
 }
 
-StoreStats SqliteStore::stats() const {
-  std::lock_guard lock(mu_);
-  return stats_;
-}
+StoreStats SqliteStore::stats() const { return queue_.stats(); }
 
 void SqliteStore::Close() {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_ && !writer_.joinable()) return;
-    stopping_ = true;
-  }
-  cv_.notify_one();
-  if (writer_.joinable()) writer_.join();
-  // The writer is done; the syncer syncs what it committed, answers, stops.
-  {
-    std::lock_guard lock(sync_mu_);
-    sync_stopping_ = true;
-  }
-  sync_cv_.notify_one();
-  if (syncer_.joinable()) syncer_.join();
+  queue_.Close();  // everything committed, synced and answered
+  CloseLogFile();
   {
     std::lock_guard lock(checkpoint_mu_);
     checkpoint_stopping_ = true;

@@ -1,31 +1,26 @@
 // SqliteStore: the embedded Store. One file `delayd.db` in the data dir, in
 // WAL mode.
 //
-// Threads: one writer thread owns the write connection and applies queued
-// mutations in batches (group commit: one transaction per batch). Reads use a
-// second connection and must come from one thread (the engine's).
-//
-// Syncs: the writer commits with synchronous=NORMAL (the commit reaches the
-// operating system, not the disk) and goes on with the next batch; a syncer
-// thread syncs the write-ahead log: at once when a commit holds a kSynced
-// mutation, whose callback waits for it, and otherwise at most
-// `sync_delay_ms` after the first commit not yet synced. The callbacks of
-// kWritten mutations run right after their commit. A sync covers the whole
-// log, so a power cut loses only commits after the last sync. A third thread
-// checkpoints the log into the database, so the writer does not stop for it.
+// Threads: the CommitQueue's writer owns the write connection and commits
+// each batch in one transaction with synchronous=NORMAL (the commit reaches
+// the operating system, not the disk); its syncer syncs the write-ahead log
+// through a handle of its own, so the writer goes on meanwhile. A sync
+// covers the whole log, so a power cut loses only commits after the last
+// sync. Reads use a second connection and must come from one thread (the
+// engine's). A third connection checkpoints the log into the database on a
+// thread of its own, so the writer does not stop for it.
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "common/executor.h"
+#include "store/commit_queue.h"
 #include "store/store.h"
 
 struct sqlite3;
@@ -44,11 +39,8 @@ struct SqliteOptions {
   int64_t sync_delay_ms = kDefaultSyncDelayMs;
 };
 
-class SqliteStore final : public Store {
+class SqliteStore final : public Store, private CommitQueue::Backend {
  public:
-  // Runs a closure on the thread that owns the engine.
-  using Executor = std::function<void(std::function<void()>)>;
-
   // Opens (creating if needed) the database and starts the writer thread.
   static Result<std::unique_ptr<SqliteStore>> Open(SqliteOptions options, Executor executor);
   ~SqliteStore() override;
@@ -76,62 +68,29 @@ class SqliteStore final : public Store {
 
  private:
   class Statements;
-  // One submission: a mutation, or several that commit together.
-  struct Pending {
-    Mutation mutation;
-    std::vector<Mutation> more;
-    Done done;
-    Status status;  // set when this submission alone failed (a conflict)
-  };
 
   SqliteStore(SqliteOptions options, Executor executor);
-  void WriterLoop();
-  Status ApplyBatch(std::deque<Pending>& batch);
-  Status ApplyOne(Pending& p, uint64_t* max_id);
+  // CommitQueue::Backend, on the writer's and the syncer's thread.
+  Status Commit(CommitQueue::Batch& batch) override;
+  Status Sync() override;  // syncs the write-ahead log: every commit so far is durable
+  Status ApplyOne(const CommitQueue::Submission& p, uint64_t* max_id);
   Status Apply(const Mutation& m, uint64_t* max_id);
-  void SyncerLoop();
   void CheckpointerLoop();
   // SQLite's hook after each commit of the writer, with the log's size.
   static int OnCommit(void* self, sqlite3* db, const char* name, int pages);
-  // Syncs the write-ahead log to disk: every commit so far is durable.
-  Status SyncLog();
   void CloseLogFile();
-  // Runs the callbacks of `batch` on the completion executor.
-  void Complete(std::deque<Pending> batch, const Status& s);
   Status AddMissingColumns();
 
   SqliteOptions options_;
-  Executor executor_;
   sqlite3* write_db_ = nullptr;  // writer thread only (and Open/Recover before it starts)
   sqlite3* read_db_ = nullptr;   // engine thread only
   std::unique_ptr<Statements> write_stmts_;
   std::unique_ptr<Statements> read_stmts_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> queue_;   // guarded by mu_
-  bool stopping_ = false;       // guarded by mu_
-  StoreStats stats_;            // guarded by mu_
   uint64_t next_id_floor_ = 0;  // writer thread: highest id committed + 1
-  std::thread writer_;
 
-  // Between the writer and the syncer. Commits are numbered from 1.
-  struct Awaiting {
-    uint64_t batch;                       // the commit they are in
-    std::deque<Pending> submissions;      // answered once it is synced
-  };
-  std::mutex sync_mu_;
-  std::condition_variable sync_cv_;
-  uint64_t committed_ = 0;                // guarded by sync_mu_
-  uint64_t synced_ = 0;                   // guarded by sync_mu_
-  std::deque<Awaiting> awaiting_;         // guarded by sync_mu_
-  // When the oldest commit not yet synced must be; set while one is owed.
-  std::optional<std::chrono::steady_clock::time_point> sync_by_;  // guarded by sync_mu_
-  bool sync_stopping_ = false;            // guarded by sync_mu_
-  std::string log_path_;                  // the write-ahead log
-  std::string log_name_;                  // the same, as a VFS name; outlives log_file_
+  std::string log_path_;  // the write-ahead log
+  std::string log_name_;  // the same, as a VFS name; outlives log_file_
   std::unique_ptr<sqlite3_file, void (*)(sqlite3_file*)> log_file_{nullptr, nullptr};  // syncer
-  std::thread syncer_;
 
   // Checkpoints, beside the writer (OnCommit).
   static constexpr int kCheckpointPages = 10'000;
@@ -147,6 +106,8 @@ class SqliteStore final : public Store {
   int checkpoint_requested_at_ = 0;  // writer: log pages when it last asked for a checkpoint
   int checkpoint_copied_at_ = 0;     // writer: log pages all copied by then
   std::thread checkpointer_;
+
+  CommitQueue queue_;  // last: its threads use everything above
 };
 
 }  // namespace delayd::store

@@ -17,7 +17,7 @@ namespace {
 // Collects completions posted by the writer thread; the test thread runs them.
 class Inbox {
  public:
-  SqliteStore::Executor executor() {
+  Executor executor() {
     return [this](std::function<void()> f) {
       std::lock_guard lock(mu_);
       work_.push_back(std::move(f));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/executor.h"
 #include "store/store.h"
 
 namespace delayd::store::testing {
@@ -15,8 +16,7 @@ namespace delayd::store::testing {
 // as a full disk would (the mutation is not applied).
 class FlakyStore final : public Store {
  public:
-  explicit FlakyStore(Store& real, std::function<void(std::function<void()>)> post)
-      : real_(real), post_(std::move(post)) {}
+  explicit FlakyStore(Store& real, Executor post) : real_(real), post_(std::move(post)) {}
   Result<Recovered> Recover(int64_t m) override { return real_.Recover(m); }
   void Submit(Mutation m, Done done) override {
     if (failing) {
@@ -73,7 +73,7 @@ class FlakyStore final : public Store {
   }
 
   Store& real_;
-  std::function<void(std::function<void()>)> post_;
+  Executor post_;
   size_t pending_ = 0;  // answers run on the engine's thread, like the calls
 };
 

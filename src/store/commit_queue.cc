@@ -1,0 +1,183 @@
+#include "store/commit_queue.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <iterator>
+#include <memory>
+#include <utility>
+
+namespace delayd::store {
+
+CommitQueue::CommitQueue(Backend& backend, Options options, Executor executor)
+    : backend_(backend), options_(options), executor_(std::move(executor)) {}
+
+CommitQueue::~CommitQueue() { Close(); }
+
+void CommitQueue::Start() {
+  writer_ = std::thread([this] { WriterLoop(); });
+  syncer_ = std::thread([this] { SyncerLoop(); });
+}
+
+void CommitQueue::Submit(Mutation m, Store::Done done) {
+  Enqueue({std::move(m), {}, std::move(done), Status::Ok()});
+}
+
+void CommitQueue::SubmitAll(std::vector<Mutation> ms, Store::Done done) {
+  if (ms.empty()) {
+    executor_([done = std::move(done)] { done(Status::Ok()); });
+    return;
+  }
+  Mutation first = std::move(ms.front());
+  ms.erase(ms.begin());
+  Enqueue({std::move(first), std::move(ms), std::move(done), Status::Ok()});
+}
+
+void CommitQueue::Enqueue(Submission s) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      // Nothing is accepted after Close(); tell the caller rather than drop it.
+      executor_([done = std::move(s.done)] { done(Status::Unavailable("store closed")); });
+      return;
+    }
+    queue_.push_back(std::move(s));
+  }
+  cv_.notify_one();
+}
+
+void CommitQueue::WriterLoop() {
+  // The writer yields the CPU to the event loop: on a busy machine, firing
+  // due jobs on time matters more than a commit a moment sooner (Linux nice
+  // values are per thread).
+  if (options_.writer_nice != 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)),
+                                               options_.writer_nice) != 0) {
+    spdlog::warn("store: cannot lower the writer thread's priority");
+  }
+  const auto sync_delay = std::chrono::milliseconds(options_.sync_delay_ms);
+  for (;;) {
+    Batch batch;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything is applied
+      if (queue_.size() <= options_.max_batch) {
+        batch.swap(queue_);
+      } else {
+        auto end = queue_.begin() + static_cast<std::ptrdiff_t>(options_.max_batch);
+        batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(end));
+        queue_.erase(queue_.begin(), end);
+      }
+    }
+    Status s = backend_.Commit(batch);
+    // A conflict (a taken key or name) is the client's, answered as such.
+    if (!s.ok() && s.code() != StatusCode::kConflict) {
+      spdlog::error("store: batch of {} failed: {}", batch.size(), s.ToString());
+    }
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.batches;
+      stats_.mutations += batch.size();
+    }
+    if (!s.ok()) {  // rolled back: nothing to sync, everyone is told
+      Complete(std::move(batch), s);
+      continue;
+    }
+    // Written-only submissions are answered now; the rest once the syncer
+    // has synced this commit. The writer goes on meanwhile.
+    Batch written, synced;
+    for (auto& p : batch) {
+      bool w = options_.sync_delay_ms > 0;
+      p.ForEach([&](const Mutation& m) { w = w && m.durability == Durability::kWritten; });
+      (w ? written : synced).push_back(std::move(p));
+    }
+    if (!written.empty()) Complete(std::move(written), Status::Ok());
+    {
+      std::lock_guard lock(sync_mu_);
+      ++committed_;
+      if (!synced.empty()) awaiting_.push_back({committed_, std::move(synced)});
+      if (!sync_by_) sync_by_ = std::chrono::steady_clock::now() + sync_delay;
+    }
+    sync_cv_.notify_one();
+  }
+}
+
+void CommitQueue::SyncerLoop() {
+  using Clock = std::chrono::steady_clock;
+  const auto sync_delay = std::chrono::milliseconds(options_.sync_delay_ms);
+  for (;;) {
+    uint64_t target = 0;
+    bool stopping = false;
+    {
+      std::unique_lock lock(sync_mu_);
+      for (;;) {
+        const bool owed = committed_ > synced_;
+        stopping = sync_stopping_;
+        const auto due = sync_by_.value_or(Clock::now());  // set whenever one is owed
+        if (owed && (!awaiting_.empty() || stopping || Clock::now() >= due)) break;
+        if (!owed && stopping) return;
+        if (owed) {
+          sync_cv_.wait_until(lock, due);
+        } else {
+          sync_cv_.wait(lock);
+        }
+      }
+      target = committed_;
+      sync_by_.reset();
+    }
+    // Commits the writer makes during this sync wait for the next one.
+    Status s = backend_.Sync();
+    if (s.ok()) {
+      std::lock_guard lock(mu_);
+      ++stats_.syncs;
+    } else {
+      spdlog::error("store: {}", s.ToString());
+    }
+    Batch answered;
+    {
+      std::lock_guard lock(sync_mu_);
+      if (s.ok() || stopping) {
+        synced_ = target;  // on a failure at close, there is no one left to retry for
+      } else if (!sync_by_) {
+        sync_by_ = Clock::now() + sync_delay;  // try again
+      }
+      while (!awaiting_.empty() && awaiting_.front().commit <= target) {
+        for (auto& p : awaiting_.front().submissions) answered.push_back(std::move(p));
+        awaiting_.pop_front();
+      }
+    }
+    if (!answered.empty()) Complete(std::move(answered), s);
+  }
+}
+
+void CommitQueue::Complete(Batch batch, const Status& s) {
+  executor_([batch = std::make_shared<Batch>(std::move(batch)), s] {
+    for (auto& p : *batch) p.done(s.ok() ? p.status : s);
+  });
+}
+
+StoreStats CommitQueue::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void CommitQueue::Close() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !writer_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (writer_.joinable()) writer_.join();
+  // The writer is done; the syncer syncs what it committed, answers, stops.
+  {
+    std::lock_guard lock(sync_mu_);
+    sync_stopping_ = true;
+  }
+  sync_cv_.notify_one();
+  if (syncer_.joinable()) syncer_.join();
+}
+
+}  // namespace delayd::store

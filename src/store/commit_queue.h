@@ -1,0 +1,125 @@
+// CommitQueue: group commit, for any store. Submissions queue from any
+// thread; a writer thread takes everything queued (up to max_batch) and hands
+// it to the store's Backend to commit as one transaction; a syncer thread
+// makes commits durable, so the writer goes on with the next batch during a
+// sync. Callbacks run on the completion executor, in submission order within
+// a batch.
+//
+// When a submission is answered (Store's Durability):
+//   - every mutation kSynced (or sync_delay_ms 0): after the sync that covers
+//     its commit;
+//   - every mutation kWritten: right after its commit, and the commit is
+//     synced at most sync_delay_ms later.
+// A sync covers every commit before it, so a power cut loses a suffix of the
+// commits, never a hole.
+//
+// The queue knows nothing of SQL. A backend has two steps: Commit (the batch
+// reaches a place where a crash of this process no longer loses it: the
+// operating system for SQLite, the database server for PostgreSQL) and Sync
+// (every commit so far survives a power cut: fsync of SQLite's log; for
+// PostgreSQL a commit with synchronous_commit on, which flushes the WAL of
+// every earlier asynchronous commit too).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "common/executor.h"
+#include "store/store.h"
+
+namespace delayd::store {
+
+class CommitQueue {
+ public:
+  // One submission: a mutation, or several that commit together.
+  struct Submission {
+    Mutation mutation;
+    std::vector<Mutation> more;
+    Store::Done done;
+    Status status;  // set by the backend when this submission alone failed
+
+    // Calls f on each mutation of the submission, in order.
+    template <typename F>
+    void ForEach(F&& f) const {
+      f(mutation);
+      for (const Mutation& m : more) f(m);
+    }
+  };
+  using Batch = std::deque<Submission>;
+
+  class Backend {
+   public:
+    virtual ~Backend() = default;
+    // Applies `batch` in order in one transaction and commits it. A submission
+    // that fails alone (kConflict: a taken key or name) sets its `status`
+    // and the rest commit; any other failure rolls back the whole batch and
+    // is returned. Runs on the writer thread only.
+    virtual Status Commit(Batch& batch) = 0;
+    // Makes every commit so far survive a power cut. Runs on the syncer
+    // thread only, concurrently with Commit.
+    virtual Status Sync() = 0;
+  };
+
+  struct Options {
+    size_t max_batch = 8192;  // submissions per transaction at most
+    // The longest a commit of only kWritten mutations waits for its sync; 0
+    // syncs every batch before any of its callbacks (every mutation kSynced).
+    int64_t sync_delay_ms = kDefaultSyncDelayMs;
+    int writer_nice = 0;  // CPU priority of the writer thread, relative to the process
+  };
+
+  CommitQueue(Backend& backend, Options options, Executor executor);
+  ~CommitQueue();  // Close()
+  CommitQueue(const CommitQueue&) = delete;
+  CommitQueue& operator=(const CommitQueue&) = delete;
+
+  // Starts the writer and the syncer.
+  void Start();
+  // Thread-safe. After Close(), answers kUnavailable.
+  void Submit(Mutation m, Store::Done done);
+  void SubmitAll(std::vector<Mutation> ms, Store::Done done);
+  // Commits and syncs everything queued, answers it, and stops the threads.
+  void Close();
+  StoreStats stats() const;
+
+ private:
+  void Enqueue(Submission s);
+  void WriterLoop();
+  void SyncerLoop();
+  // Runs the callbacks of `batch` on the executor.
+  void Complete(Batch batch, const Status& s);
+
+  Backend& backend_;
+  const Options options_;
+  const Executor executor_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Batch queue_;            // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  StoreStats stats_;       // guarded by mu_
+  std::thread writer_;
+
+  // Between the writer and the syncer. Commits are numbered from 1.
+  struct Awaiting {
+    uint64_t commit;    // the commit they are in
+    Batch submissions;  // answered once it is synced
+  };
+  std::mutex sync_mu_;
+  std::condition_variable sync_cv_;
+  uint64_t committed_ = 0;         // guarded by sync_mu_
+  uint64_t synced_ = 0;            // guarded by sync_mu_
+  std::deque<Awaiting> awaiting_;  // guarded by sync_mu_
+  // When the oldest commit not yet synced must be; set while one is owed.
+  std::optional<std::chrono::steady_clock::time_point> sync_by_;  // guarded by sync_mu_
+  bool sync_stopping_ = false;                                    // guarded by sync_mu_
+  std::thread syncer_;
+};
+
+}  // namespace delayd::store

@@ -1,0 +1,270 @@
+#include "store/commit_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+namespace delayd::store {
+namespace {
+
+// A backend that records what it is asked to do. Each mutation is a
+// DeleteJob whose id names it. Sync() waits while `sync_gate` is closed, so
+// a test can hold commits between written and synced.
+class FakeBackend final : public CommitQueue::Backend {
+ public:
+  Status Commit(CommitQueue::Batch& batch) override {
+    std::lock_guard lock(mu_);
+    std::vector<uint64_t> ids;
+    for (auto& p : batch) {
+      p.ForEach([&](const Mutation& m) { ids.push_back(std::get<change::DeleteJob>(m.change).id); });
+      if (conflicts_.contains(ids.back())) p.status = Status::Conflict("taken");
+    }
+    batches_.push_back(ids);
+    if (fail_commits_ > 0) {
+      --fail_commits_;
+      return Status::IoError("disk gone (fake)");
+    }
+    ++committed_;
+    return Status::Ok();
+  }
+  Status Sync() override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return sync_open_; });
+    ++sync_calls_;
+    if (fail_syncs_ > 0) {
+      --fail_syncs_;
+      return Status::IoError("sync failed (fake)");
+    }
+    synced_ = committed_;
+    return Status::Ok();
+  }
+
+  void SetSyncGate(bool open) {
+    std::lock_guard lock(mu_);
+    sync_open_ = open;
+    cv_.notify_all();
+  }
+  void Conflict(uint64_t id) {
+    std::lock_guard lock(mu_);
+    conflicts_.insert(id);
+  }
+  void FailCommits(int n) {
+    std::lock_guard lock(mu_);
+    fail_commits_ = n;
+  }
+  void FailSyncs(int n) {
+    std::lock_guard lock(mu_);
+    fail_syncs_ = n;
+  }
+  std::vector<std::vector<uint64_t>> batches() {
+    std::lock_guard lock(mu_);
+    return batches_;
+  }
+  int committed() {
+    std::lock_guard lock(mu_);
+    return committed_;
+  }
+  int synced() {  // the commits covered by the last good sync
+    std::lock_guard lock(mu_);
+    return synced_;
+  }
+  int sync_calls() {
+    std::lock_guard lock(mu_);
+    return sync_calls_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool sync_open_ = true;
+  std::set<uint64_t> conflicts_;
+  int fail_commits_ = 0;
+  int fail_syncs_ = 0;
+  std::vector<std::vector<uint64_t>> batches_;
+  int committed_ = 0;
+  int synced_ = 0;
+  int sync_calls_ = 0;
+};
+
+class CommitQueueTest : public ::testing::Test {
+ protected:
+  void Make(CommitQueue::Options options = {}) {
+    queue_ = std::make_unique<CommitQueue>(backend_, options,
+                                           [](std::function<void()> f) { f(); });
+  }
+  void TearDown() override {
+    backend_.SetSyncGate(true);
+    if (queue_) queue_->Close();
+  }
+
+  // Submits mutation `id` and records its answer.
+  void Put(uint64_t id, Durability d = Durability::kSynced) {
+    Mutation m = Mutation::Delete(id);
+    m.durability = d;
+    queue_->Submit(std::move(m), Answer(id));
+  }
+  Store::Done Answer(uint64_t id) {
+    return [this, id](const Status& s) {
+      std::lock_guard lock(mu_);
+      answers_.emplace(id, s);
+      order_.push_back(id);
+      cv_.notify_all();
+    };
+  }
+  // Waits up to 10 s for `pred`, checked whenever an answer comes and every 5 ms.
+  template <typename Pred>
+  bool WaitFor(Pred pred) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::unique_lock lock(mu_);
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      cv_.wait_for(lock, std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+  bool Answered(uint64_t id) {
+    std::lock_guard lock(mu_);
+    return answers_.contains(id);
+  }
+  Status AnswerOf(uint64_t id) {
+    std::lock_guard lock(mu_);
+    auto it = answers_.find(id);
+    return it == answers_.end() ? Status::Internal("no answer") : it->second;
+  }
+  std::vector<uint64_t> order() {
+    std::lock_guard lock(mu_);
+    return order_;
+  }
+
+  FakeBackend backend_;
+  std::unique_ptr<CommitQueue> queue_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Status> answers_;  // guarded by mu_
+  std::vector<uint64_t> order_;         // guarded by mu_
+};
+
+TEST_F(CommitQueueTest, AWrittenChangeIsAnsweredAtItsCommitAndASyncedOneOnlyAfterItsSync) {
+  Make();
+  backend_.SetSyncGate(false);
+  Put(1, Durability::kWritten);
+  Put(2, Durability::kSynced);
+  queue_->Start();
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(1); }));
+  EXPECT_TRUE(AnswerOf(1).ok());
+  ASSERT_TRUE(WaitFor([&] { return backend_.committed() == 1; }));
+  EXPECT_FALSE(Answered(2)) << "a synced change was answered while its sync was held";
+  EXPECT_EQ(backend_.synced(), 0);
+  backend_.SetSyncGate(true);
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(2); }));
+  EXPECT_TRUE(AnswerOf(2).ok());
+  EXPECT_EQ(backend_.synced(), 1) << "answered before the sync covering its commit";
+}
+
+TEST_F(CommitQueueTest, AWrittenOnlyCommitIsSyncedWithoutFurtherSubmissions) {
+  Make({.sync_delay_ms = 20});
+  queue_->Start();
+  Put(1, Durability::kWritten);
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(1); }));
+  ASSERT_TRUE(WaitFor([&] { return queue_->stats().syncs == 1; }))
+      << "a written-only commit was never synced";
+  EXPECT_EQ(backend_.synced(), 1);
+}
+
+TEST_F(CommitQueueTest, WithNoSyncDelayEveryChangeWaitsForTheSync) {
+  Make({.sync_delay_ms = 0});
+  backend_.SetSyncGate(false);
+  queue_->Start();
+  Put(1, Durability::kWritten);
+  ASSERT_TRUE(WaitFor([&] { return backend_.committed() == 1; }));
+  EXPECT_FALSE(Answered(1)) << "the strict policy answered before the sync";
+  backend_.SetSyncGate(true);
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(1); }));
+  EXPECT_EQ(backend_.synced(), 1);
+}
+
+TEST_F(CommitQueueTest, ASubmissionOfSeveralChangesWaitsForItsStrictestOne) {
+  Make();
+  backend_.SetSyncGate(false);
+  queue_->Start();
+  Mutation written = Mutation::Delete(1).Written();
+  queue_->SubmitAll({std::move(written), Mutation::Delete(2)}, Answer(1));
+  ASSERT_TRUE(WaitFor([&] { return backend_.committed() == 1; }));
+  EXPECT_EQ(backend_.batches(), (std::vector<std::vector<uint64_t>>{{1, 2}}))
+      << "both changes in one commit";
+  EXPECT_FALSE(Answered(1));
+  backend_.SetSyncGate(true);
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(1); }));
+  EXPECT_TRUE(AnswerOf(1).ok());
+}
+
+TEST_F(CommitQueueTest, AConflictFailsOnlyItsOwnSubmission) {
+  Make();
+  backend_.Conflict(2);
+  for (uint64_t id : {1, 2, 3}) Put(id);  // queued before the writer starts: one batch
+  queue_->Start();
+  ASSERT_TRUE(WaitFor([&] { return answers_.size() == 3; }));
+  EXPECT_EQ(backend_.batches(), (std::vector<std::vector<uint64_t>>{{1, 2, 3}}));
+  EXPECT_TRUE(AnswerOf(1).ok());
+  EXPECT_EQ(AnswerOf(2).code(), StatusCode::kConflict);
+  EXPECT_TRUE(AnswerOf(3).ok());
+}
+
+TEST_F(CommitQueueTest, AFailedCommitFailsItsWholeBatchAndTheNextOneGoesOn) {
+  Make();
+  backend_.FailCommits(1);
+  Put(1, Durability::kWritten);
+  Put(2);
+  queue_->Start();
+  ASSERT_TRUE(WaitFor([&] { return answers_.size() == 2; }));
+  EXPECT_EQ(AnswerOf(1).code(), StatusCode::kIoError);
+  EXPECT_EQ(AnswerOf(2).code(), StatusCode::kIoError);
+  Put(3);
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(3); }));
+  EXPECT_TRUE(AnswerOf(3).ok());
+  EXPECT_EQ(backend_.committed(), 1);
+}
+
+TEST_F(CommitQueueTest, BatchesAreBoundedAndKeepSubmissionOrder) {
+  Make({.max_batch = 2});
+  for (uint64_t id = 1; id <= 5; ++id) Put(id);
+  queue_->Start();
+  ASSERT_TRUE(WaitFor([&] { return answers_.size() == 5; }));
+  EXPECT_EQ(backend_.batches(), (std::vector<std::vector<uint64_t>>{{1, 2}, {3, 4}, {5}}));
+  EXPECT_EQ(order(), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  const StoreStats stats = queue_->stats();
+  EXPECT_EQ(stats.batches, 3u);
+  EXPECT_EQ(stats.mutations, 5u);
+}
+
+TEST_F(CommitQueueTest, AFailedSyncFailsTheChangesWaitingForItAndIsTriedAgain) {
+  Make({.sync_delay_ms = 5});
+  backend_.FailSyncs(1);
+  queue_->Start();
+  Put(1);
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(1); }));
+  EXPECT_EQ(AnswerOf(1).code(), StatusCode::kIoError) << "answered OK without a sync";
+  // The commit is still owed a sync: the syncer tries again by itself.
+  ASSERT_TRUE(WaitFor([&] { return backend_.synced() == 1; }));
+  EXPECT_GE(backend_.sync_calls(), 2);
+}
+
+TEST_F(CommitQueueTest, CloseCommitsSyncsAndAnswersEverythingThenRefuses) {
+  Make({.sync_delay_ms = 1000});
+  queue_->Start();
+  for (uint64_t id = 1; id <= 3; ++id) Put(id, Durability::kWritten);
+  queue_->Close();
+  EXPECT_EQ(order().size(), 3u);
+  EXPECT_EQ(backend_.synced(), backend_.committed()) << "closed with commits not synced";
+  Put(4);
+  ASSERT_TRUE(Answered(4));
+  EXPECT_EQ(AnswerOf(4).code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace delayd::store
