@@ -21,7 +21,8 @@ class FakeBackend final : public CommitQueue::Backend {
     std::lock_guard lock(mu_);
     std::vector<uint64_t> ids;
     for (auto& p : batch) {
-      p.ForEach([&](const Mutation& m) { ids.push_back(std::get<change::DeleteJob>(m.change).id); });
+      p.ForEach(
+          [&](const Mutation& m) { ids.push_back(std::get<change::DeleteJob>(m.change).id); });
       if (conflicts_.contains(ids.back())) p.status = Status::Conflict("taken");
     }
     batches_.push_back(ids);
@@ -94,8 +95,7 @@ class FakeBackend final : public CommitQueue::Backend {
 class CommitQueueTest : public ::testing::Test {
  protected:
   void Make(CommitQueue::Options options = {}) {
-    queue_ = std::make_unique<CommitQueue>(backend_, options,
-                                           [](std::function<void()> f) { f(); });
+    queue_ = std::make_unique<CommitQueue>(backend_, options, [](std::function<void()> f) { f(); });
   }
   void TearDown() override {
     backend_.SetSyncGate(true);
@@ -174,6 +174,17 @@ TEST_F(CommitQueueTest, AWrittenOnlyCommitIsSyncedWithoutFurtherSubmissions) {
   ASSERT_TRUE(WaitFor([&] { return queue_->stats().syncs == 1; }))
       << "a written-only commit was never synced";
   EXPECT_EQ(backend_.synced(), 1);
+}
+
+TEST_F(CommitQueueTest, ASyncedChangeIsNotHeldByTheDelayOfAnEarlierWrittenOne) {
+  Make({.sync_delay_ms = 60'000});
+  queue_->Start();
+  Put(1, Durability::kWritten);  // the syncer now waits for up to a minute
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(1); }));
+  Put(2);
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(2); }))
+      << "a synced change waited for the written one's sync delay";
+  EXPECT_EQ(backend_.synced(), 2) << "one sync covers both commits";
 }
 
 TEST_F(CommitQueueTest, WithNoSyncDelayEveryChangeWaitsForTheSync) {
