@@ -94,6 +94,13 @@ class Engine {
   void Disconnect(Client* c);
 
   // --- beanstalk commands; names are checked by the caller ---
+  // Every `done` runs once, possibly before the call returns, after the store
+  // has the change (Durability per transition: doc/engine.md). A failed
+  // write answers the store's error and leaves the job as the store has it.
+
+  // A new job in the client's used tube, ready at once or delayed; `done`
+  // gets its id once it is synced (kUnavailable while draining). The job is
+  // visible to reserves only then.
   void Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms, std::string body,
            std::function<void(Result<uint64_t>)> done);
   // Ends in exactly one ClientObserver call, possibly before returning.
@@ -101,15 +108,30 @@ class Engine {
   void Reserve(Client* c, int64_t timeout_ms);
   // Ends a blocked reserve without an observer call (the client hung up).
   void CancelReserve(Client* c) { StopWaiting(c); }
+  // reserve-job: any job not reserved by someone, whatever its state
+  // (kNotFound otherwise). Changes memory only, like every reservation.
   Result<JobView> ReserveJob(Client* c, uint64_t id);
+  // The job this client holds finishes; a job not reserved is cancelled (no
+  // done record, key freed). kNotFound for a job held by another client.
   void Delete(Client* c, uint64_t id, Done done);
+  // A job this client holds goes back to ready or, with a delay, delayed.
   void Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms, Done done);
+  // A job this client holds is buried (a dead letter) with `priority`.
   void Bury(Client* c, uint64_t id, uint32_t priority, Done done);
+  // Restarts the ttr of a job this client holds. Not stored.
   Status Touch(Client* c, uint64_t id);
+  // Up to `bound` jobs of the used tube become ready: its buried jobs if it
+  // has any, else its delayed ones (soonest first, beyond the horizon too).
+  // `done` gets the number the store took.
   void Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>)> done);
+  // kick-job: one buried or delayed job becomes ready (kNotFound otherwise).
   void KickJob(uint64_t id, Done done);
+  // No job of the tube is reserved for `delay_ms` (a moment at least, even
+  // for 0, as in beanstalkd); kNotFound for a tube that does not exist.
   void PauseTube(const std::string& name, int64_t delay_ms, Done done);
 
+  // A job in any state but done, from memory or, beyond the horizon, the
+  // store; the peek-* variants take the client's used tube.
   Result<JobView> Peek(uint64_t id);
   Result<JobView> PeekReady(Client* c);
   Result<JobView> PeekDelayed(Client* c);
