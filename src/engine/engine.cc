@@ -299,15 +299,8 @@ void Engine::Resync(Job* j) {
       MakeBuried(j);
       break;
     case StoredState::kDelayed:
-      if (rec->due_ms > clock_.WallMillis()) {
-        if (store::DueMinute(rec->due_ms) > loaded_minute_) {
-          j->state = JobState::kDelayed;  // WriteDone hands it back to the store
-        } else {
-          MakeDelayed(j);
-        }
-        break;
-      }
-      [[fallthrough]];
+      PlaceDelayed(j);
+      break;
     case StoredState::kReady:
     case StoredState::kDone:
       MakeReady(j);

@@ -273,6 +273,10 @@ class Engine {
   void MakeReady(Job* j);
   void MakeDelayed(Job* j);
   void MakeBuried(Job* j);  // REQUIRES: detached from its previous state
+  // A job stored as delayed, whose write was just answered: ready if its
+  // time has come, delayed in memory if due within the loaded horizon, and
+  // otherwise left in state kDelayed for WriteDone to hand to the store.
+  void PlaceDelayed(Job* j);
   // A submitted job's insert is durable (ok) or failed: make it visible in
   // its state, or drop it unseen.
   void Publish(Job* j, const Status& s);

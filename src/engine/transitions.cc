@@ -52,6 +52,15 @@ void Engine::MakeDelayed(Job* j) {
   Schedule(j->timer, TickAtWall(j->due_ms));
 }
 
+void Engine::PlaceDelayed(Job* j) {
+  if (j->due_ms * 1000 <= clock_.WallMicros()) return MakeReady(j);
+  if (store::DueMinute(j->due_ms) > loaded_minute_) {
+    j->state = JobState::kDelayed;  // no timer, no place in the tube: WriteDone takes it out
+    return;
+  }
+  MakeDelayed(j);
+}
+
 void Engine::MakeBuried(Job* j) {
   j->bury_seq = ++bury_seq_;
   j->state = JobState::kBuried;
@@ -80,12 +89,8 @@ void Engine::Publish(Job* j, const Status& s) {
   }
   ++total_jobs_;
   ++j->tube->total_jobs;
-  if (j->delay_ms > 0 && j->due_ms * 1000 > clock_.WallMicros()) {
-    if (store::DueMinute(j->due_ms) > loaded_minute_) {
-      j->state = JobState::kDelayed;  // beyond the horizon: WriteDone hands it to the store
-    } else {
-      MakeDelayed(j);
-    }
+  if (j->delay_ms > 0) {
+    PlaceDelayed(j);
   } else {
     MakeReady(j);
   }
