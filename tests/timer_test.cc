@@ -140,7 +140,9 @@ TEST_F(TimerTest, OverlapSkipHoldsFiresWhileThePreviousJobWaits) {
   EXPECT_EQ(Fired(timer_id).size(), 1u);
   // Once the job is finished, the timer fires again.
   json job = Ok("POST", "/v1/topics/solo/reserve?timeout_ms=1000");
-  ASSERT_EQ(ParseRfc3339(job["due_at"].get<std::string>()), first);
+  // The fire it was made for (run_at); due_at is later when the fire was
+  // handled late, as it may be on a loaded machine.
+  ASSERT_EQ(ParseRfc3339(job["run_at"].get<std::string>()), first);
   Ok("POST", "/v1/jobs/" + std::to_string(job["id"].get<uint64_t>()) + "/finish",
      {{"lease", job["lease"]["lease"]}}, 204);
   ASSERT_TRUE(WaitUntil([&] { return Fired(timer_id).size() >= 2; }, 5s));
