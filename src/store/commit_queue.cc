@@ -8,6 +8,7 @@
 #include <iterator>
 #include <memory>
 #include <utility>
+#include <variant>
 
 namespace delayd::store {
 
@@ -157,6 +158,19 @@ void CommitQueue::SyncerLoop() {
     }
     if (!answered.empty()) Complete(std::move(answered), s);
   }
+}
+
+bool CommitQueue::Submission::MayConflict() const {
+  bool may = false;
+  ForEach([&](const Mutation& m) {
+    if (const auto* insert = std::get_if<change::InsertJob>(&m.change)) {
+      may = may || !insert->job.key.empty();
+    } else {
+      may = may || std::holds_alternative<change::PutTimer>(m.change) ||
+            std::holds_alternative<change::AdvanceTimer>(m.change);
+    }
+  });
+  return may;
 }
 
 void CommitQueue::Complete(Batch batch, const Status& s) {

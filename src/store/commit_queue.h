@@ -50,6 +50,10 @@ class CommitQueue {
       f(mutation);
       for (const Mutation& m : more) f(m);
     }
+    // Whether it can fail alone: a taken key, name or fire time, or a timer
+    // to advance that is gone. A backend gives such a submission a savepoint
+    // when it shares a batch, so that it fails without the rest.
+    bool MayConflict() const;
   };
   using Batch = std::deque<Submission>;
 

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/overloaded.h"
+
 namespace delayd::store {
 namespace {
 
@@ -616,15 +618,6 @@ void SqliteStore::CloseLogFile() {
   log_file_.reset();
 }
 
-namespace {
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
-}  // namespace
-
 Status SqliteStore::Apply(const Mutation& m, uint64_t* max_id) {
   Statements& st = *write_stmts_;
   auto insert_or_replace = [&](Stmt& q, const JobRecord& j, const char* what) {
@@ -719,20 +712,6 @@ Status SqliteStore::Apply(const Mutation& m, uint64_t* max_id) {
                     m.change);
 }
 
-namespace {
-
-// Whether applying `m` can violate a constraint (a taken key, name or fire
-// time): such a submission gets a savepoint, so that its conflict fails it
-// alone rather than everything committed with it.
-bool MayConflict(const Mutation& m) {
-  if (const auto* insert = std::get_if<change::InsertJob>(&m.change))
-    return !insert->job.key.empty();
-  return std::holds_alternative<change::PutTimer>(m.change) ||
-         std::holds_alternative<change::AdvanceTimer>(m.change);
-}
-
-}  // namespace
-
 Status SqliteStore::ApplyOne(const CommitQueue::Submission& p, uint64_t* max_id) {
   Status s = Apply(p.mutation, max_id);
   for (size_t i = 0; s.ok() && i < p.more.size(); ++i) s = Apply(p.more[i], max_id);
@@ -745,10 +724,7 @@ Status SqliteStore::Commit(CommitQueue::Batch& batch) {
   if (!s.ok()) return s;
   uint64_t max_id = 0;
   for (auto& p : batch) {
-    bool isolate = false;
-    if (batch.size() > 1)
-      p.ForEach([&](const Mutation& m) { isolate = isolate || MayConflict(m); });
-    if (!isolate) {
+    if (batch.size() == 1 || !p.MayConflict()) {
       s = ApplyOne(p, &max_id);
       if (!s.ok()) break;
       continue;

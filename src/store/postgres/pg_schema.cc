@@ -1,0 +1,173 @@
+#include "store/postgres/pg_schema.h"
+
+#include <fmt/format.h>
+
+#include <iterator>
+#include <string>
+
+namespace delayd::store::pg {
+namespace {
+
+// Each migration, in order; migration i brings the schema to version i + 1.
+// Never edit one that has shipped: add the next.
+//
+// Version 1. Columns are as in the SQLite store (store/job_record.h gives
+// their meaning). Bytes a client chose (body, key, spec, errors, timer name
+// and definition) are bytea, so they come back byte for byte whatever their
+// encoding. `shard` leads the primary keys, so a distributed PostgreSQL can
+// distribute the tables by it; `jobs_id` finds a job by id alone. The
+// due-time index is over delayed jobs only, keyed by due minute then id, as
+// on SQLite: each minute is one insertion front.
+constexpr const char* kMigrations[] = {
+    R"sql(
+CREATE TABLE meta (
+  key   text PRIMARY KEY,
+  value bigint NOT NULL
+);
+CREATE TABLE jobs (
+  shard       smallint NOT NULL,
+  id          bigint   NOT NULL,
+  tube        text     NOT NULL,
+  pri         bigint   NOT NULL,
+  state       smallint NOT NULL,
+  due_ms      bigint   NOT NULL,
+  due_min     bigint   NOT NULL,
+  delay_ms    bigint   NOT NULL,
+  ttr_ms      bigint   NOT NULL,
+  created_ms  bigint   NOT NULL,
+  done_ms     bigint,
+  run_at_ms   bigint   NOT NULL,
+  reserves    bigint   NOT NULL,
+  timeouts    bigint   NOT NULL,
+  releases    bigint   NOT NULL,
+  buries      bigint   NOT NULL,
+  kicks       bigint   NOT NULL,
+  key         bytea,
+  spec        bytea,
+  attempt_log bytea,
+  last_error  bytea,
+  body        bytea    NOT NULL,
+  PRIMARY KEY (shard, id)
+);
+CREATE INDEX jobs_id ON jobs (id);
+CREATE UNIQUE INDEX jobs_key ON jobs (shard, tube, key) WHERE key IS NOT NULL;
+CREATE INDEX jobs_due ON jobs (due_min, id) WHERE state = 1;
+CREATE INDEX jobs_done ON jobs (done_ms) WHERE state = 3;
+CREATE TABLE tubes (
+  name       text   PRIMARY KEY,
+  pause_ms   bigint NOT NULL,
+  unpause_ms bigint NOT NULL,
+  settings   bytea
+);
+CREATE TABLE timers (
+  shard        smallint NOT NULL,
+  id           bigint   NOT NULL,
+  name         bytea    NOT NULL UNIQUE,
+  definition   bytea    NOT NULL,
+  next_fire_ms bigint   NOT NULL,
+  last_fire_ms bigint   NOT NULL,
+  created_ms   bigint   NOT NULL,
+  PRIMARY KEY (shard, id)
+);
+CREATE INDEX timers_id ON timers (id);
+CREATE INDEX timers_next ON timers (next_fire_ms, id) WHERE next_fire_ms > 0;
+CREATE TABLE timer_fires (
+  shard    smallint NOT NULL,
+  timer_id bigint   NOT NULL,
+  fire_ms  bigint   NOT NULL,
+  job_id   bigint   NOT NULL,
+  outcome  bytea    NOT NULL,
+  at_ms    bigint   NOT NULL,
+  PRIMARY KEY (shard, timer_id, fire_ms)
+);
+)sql",
+};
+
+// A fixed hash (FNV-1a, 64 bits): shards are stored, so it never changes.
+uint64_t Fnv1a(std::string_view a, std::string_view b) {
+  uint64_t h = 14695981039346656037ull;
+  auto add = [&](std::string_view s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+  };
+  add(a);
+  add(std::string_view("\n", 1));  // no tube name holds a newline
+  add(b);
+  return h;
+}
+
+// The one-row result of `sql` as an integer; `fallback` when it has no row.
+Result<int64_t> Scalar(PgConn& conn, const char* sql, int64_t fallback) {
+  PgResult r(PQexecParams(conn.get(), sql, 0, nullptr, nullptr, nullptr, nullptr, 1));
+  if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) return conn.Error(r.get(), sql);
+  if (PQntuples(r.get()) == 0 || PQgetisnull(r.get(), 0, 0)) return fallback;
+  return GetInt(r.get(), 0, 0);
+}
+
+// Any number that is this schema's own: the advisory lock's key.
+constexpr int64_t kMigrationLock = 0x64656c6179640001;  // "delayd" 1
+
+}  // namespace
+
+int SchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
+
+Status Migrate(PgConn& conn, int shards, int* shards_out) {
+  Status s = conn.Exec(
+      "CREATE TABLE IF NOT EXISTS delayd_schema (version integer PRIMARY KEY, "
+      "applied_at timestamptz NOT NULL DEFAULT now())");
+  // Two nodes creating the table at once: the loser's unique violation is harmless.
+  if (!s.ok() && s.code() != StatusCode::kConflict) return s;
+  for (;;) {
+    s = conn.Exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({})", kMigrationLock));
+    if (!s.ok()) return s;
+    auto version = Scalar(conn, "SELECT max(version)::int8 FROM delayd_schema", 0);
+    if (!version.ok()) {
+      (void)conn.Exec("ROLLBACK");
+      return version.status();
+    }
+    if (*version > SchemaVersion()) {
+      (void)conn.Exec("ROLLBACK");
+      return Status::InvalidArgument(
+          fmt::format("postgres: the database has schema version {}, newer than this delayd's "
+                      "{}: run the delayd that wrote it, or a newer one",
+                      *version, SchemaVersion()));
+    }
+    if (*version == SchemaVersion()) {
+      s = conn.Exec("COMMIT");
+      break;
+    }
+    s = conn.Exec(kMigrations[*version]);
+    if (s.ok() && *version == 0) {
+      s = conn.Exec(fmt::format("INSERT INTO meta (key, value) VALUES ('shards', {})", shards));
+    }
+    if (s.ok()) {
+      s = conn.Exec(
+          fmt::format("INSERT INTO delayd_schema (version) VALUES ({}); COMMIT", *version + 1));
+    }
+    if (!s.ok()) {
+      (void)conn.Exec("ROLLBACK");
+      return s;
+    }
+  }
+  if (!s.ok()) return s;
+  auto n = Scalar(conn, "SELECT value FROM meta WHERE key = 'shards'", 0);
+  if (!n.ok()) return n.status();
+  if (*n <= 0 || *n > 32767) {
+    return Status::IoError(fmt::format("postgres: the database's shard count {} is invalid", *n));
+  }
+  *shards_out = static_cast<int>(*n);
+  return Status::Ok();
+}
+
+int JobShard(uint64_t id, std::string_view tube, std::string_view key, int shards) {
+  const uint64_t n = static_cast<uint64_t>(shards);
+  return static_cast<int>(key.empty() ? id % n : Fnv1a(tube, key) % n);
+}
+
+int TimerShard(uint64_t id, int shards) {
+  return static_cast<int>(id % static_cast<uint64_t>(shards));
+}
+
+}  // namespace delayd::store::pg

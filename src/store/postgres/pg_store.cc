@@ -1,0 +1,768 @@
+#include "store/postgres/pg_store.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "common/overloaded.h"
+#include "store/postgres/pg_schema.h"
+
+namespace delayd::store {
+
+using pg::kBytea;
+using pg::kInt8;
+using pg::kText;
+using pg::Params;
+using pg::PgConn;
+using pg::PgResult;
+
+namespace {
+
+// The states are stored as these numbers, as on SQLite.
+static_assert(static_cast<int>(StoredState::kDelayed) == 1);
+static_assert(static_cast<int>(StoredState::kDone) == 3);
+
+constexpr const char* kJobColumns =
+    "id, tube, pri, state, due_ms, delay_ms, ttr_ms, created_ms, reserves, timeouts, releases, "
+    "buries, kicks, body, key, spec, attempt_log, last_error, done_ms, run_at_ms";
+constexpr const char* kTimerColumns =
+    "id, name, definition, next_fire_ms, last_fire_ms, created_ms";
+
+// Done jobs removed per purge statement, so a purge never holds the writer long.
+constexpr int64_t kPurgeChunk = 20'000;
+// Statements a pipeline holds before the writer reads their results, so that
+// neither side blocks on a full socket buffer.
+constexpr size_t kPipelineDepth = 512;
+
+struct Statement {
+  const char* name;
+  std::string sql;
+  std::vector<Oid> types;
+};
+
+std::string Select(const char* columns, const char* rest) {
+  return fmt::format("SELECT {} {}", columns, rest);
+}
+
+// Every statement, prepared on each connection (each uses its own few).
+std::vector<Statement> Statements() {
+  const std::vector<Oid> job_types = {kInt8, kInt8,  kText,  kInt8,  kInt8,  kInt8, kInt8, kInt8,
+                                      kInt8, kInt8,  kInt8,  kInt8,  kInt8,  kInt8, kInt8, kInt8,
+                                      kInt8, kBytea, kBytea, kBytea, kBytea, kBytea};
+  const char* update_set =
+      "pri=$4, state=$5, due_ms=$6, due_min=$7, delay_ms=$8, ttr_ms=$9, done_ms=$11, "
+      "reserves=$13, timeouts=$14, releases=$15, buries=$16, kicks=$17, "
+      "attempt_log=$20, last_error=$21";
+  return {
+      {"insert",
+       "INSERT INTO jobs (shard, id, tube, pri, state, due_ms, due_min, delay_ms, ttr_ms, "
+       "created_ms, done_ms, run_at_ms, reserves, timeouts, releases, buries, kicks, key, spec, "
+       "attempt_log, last_error, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, "
+       "$13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+       job_types},
+      // Every field but body, key and spec (the parameters of insert, some unused).
+      {"update", fmt::format("UPDATE jobs SET {} WHERE id=$2", update_set), job_types},
+      {"replace",
+       fmt::format("UPDATE jobs SET {}, shard=$1, tube=$3, run_at_ms=$12, key=$18, spec=$19, "
+                   "body=$22 WHERE id=$2",
+                   update_set),
+       job_types},
+      {"delete", "DELETE FROM jobs WHERE id=$1", {kInt8}},
+      {"pause",
+       "INSERT INTO tubes (name, pause_ms, unpause_ms) VALUES ($1, $2, $3) ON CONFLICT (name) "
+       "DO UPDATE SET pause_ms=excluded.pause_ms, unpause_ms=excluded.unpause_ms",
+       {kText, kInt8, kInt8}},
+      {"settings",
+       "INSERT INTO tubes (name, pause_ms, unpause_ms, settings) VALUES ($1, 0, 0, $2) "
+       "ON CONFLICT (name) DO UPDATE SET settings=excluded.settings",
+       {kText, kBytea}},
+      {"purge",
+       fmt::format("DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state=3 AND "
+                   "done_ms<$1 ORDER BY done_ms LIMIT {})",
+                   kPurgeChunk),
+       {kInt8}},
+      {"set_next",
+       "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET "
+       "value=greatest(meta.value, excluded.value)",
+       {kText, kInt8}},
+      {"set_seq",
+       "INSERT INTO meta (key, value) VALUES ('commit_seq', $1) ON CONFLICT (key) DO UPDATE SET "
+       "value=excluded.value",
+       {kInt8}},
+      {"timer_put",
+       "INSERT INTO timers (shard, id, name, definition, next_fire_ms, last_fire_ms, created_ms) "
+       "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (shard, id) DO UPDATE SET "
+       "name=excluded.name, definition=excluded.definition, next_fire_ms=excluded.next_fire_ms, "
+       "last_fire_ms=excluded.last_fire_ms",
+       {kInt8, kInt8, kBytea, kBytea, kInt8, kInt8, kInt8}},
+      {"timer_delete_fires",
+       "DELETE FROM timer_fires WHERE shard=$1 AND timer_id=$2",
+       {kInt8, kInt8}},
+      {"timer_delete", "DELETE FROM timers WHERE shard=$1 AND id=$2", {kInt8, kInt8}},
+      {"timer_advance",
+       "UPDATE timers SET next_fire_ms=$3, last_fire_ms=$4 WHERE shard=$1 AND id=$2",
+       {kInt8, kInt8, kInt8, kInt8}},
+      {"fire_insert",
+       "INSERT INTO timer_fires (shard, timer_id, fire_ms, job_id, outcome, at_ms) "
+       "VALUES ($1, $2, $3, $4, $5, $6)",
+       {kInt8, kInt8, kInt8, kInt8, kBytea, kInt8}},
+      {"fire_prune",
+       fmt::format("DELETE FROM timer_fires WHERE shard=$1 AND timer_id=$2 AND fire_ms < "
+                   "(SELECT fire_ms FROM timer_fires WHERE shard=$1 AND timer_id=$2 "
+                   "ORDER BY fire_ms DESC LIMIT 1 OFFSET {})",
+                   kTimerFiresKept - 1),
+       {kInt8, kInt8}},
+      // The syncer's commit: synchronous, and writing a row, since only a transaction
+      // that wrote to the WAL waits for its flush. It reads the writer's latest visible
+      // commit number.
+      {"sync",
+       "INSERT INTO meta (key, value) VALUES ('syncs', 1) ON CONFLICT (key) DO UPDATE SET "
+       "value=meta.value+1 RETURNING coalesce((SELECT value FROM meta WHERE key='commit_seq'), 0)",
+       {}},
+      {"get", Select(kJobColumns, "FROM jobs WHERE id=$1"), {kInt8}},
+      {"get_by_key",
+       Select(kJobColumns, "FROM jobs WHERE shard=$1 AND tube=$2 AND key=$3"),
+       {kInt8, kText, kBytea}},
+      {"load_minute",
+       Select(kJobColumns, "FROM jobs WHERE state=1 AND due_min=$1 AND id>$2 ORDER BY id LIMIT $3"),
+       {kInt8, kInt8, kInt8}},
+      {"far_delayed",
+       Select(kJobColumns,
+              "FROM jobs WHERE state=1 AND due_min>$1 AND tube=$2 ORDER BY due_ms, id LIMIT $3"),
+       {kInt8, kText, kInt8}},
+      {"timer_get", Select(kTimerColumns, "FROM timers WHERE id=$1"), {kInt8}},
+      {"timer_by_name", Select(kTimerColumns, "FROM timers WHERE name=$1"), {kBytea}},
+      {"timers_list",
+       Select(kTimerColumns, "FROM timers WHERE id>$1 ORDER BY id LIMIT $2"),
+       {kInt8, kInt8}},
+      {"timers_due",
+       Select(kTimerColumns,
+              "FROM timers WHERE next_fire_ms>0 AND next_fire_ms<$3 AND (next_fire_ms, id) > "
+              "($1, $2) ORDER BY next_fire_ms, id LIMIT $4"),
+       {kInt8, kInt8, kInt8, kInt8}},
+      {"timer_fires",
+       "SELECT timer_id, fire_ms, job_id, outcome, at_ms FROM timer_fires WHERE shard=$1 AND "
+       "timer_id=$2 ORDER BY fire_ms DESC LIMIT $3",
+       {kInt8, kInt8, kInt8}},
+      {"commit_seq", "SELECT value FROM meta WHERE key='commit_seq'", {}},
+      {"next_timer_id",
+       "SELECT greatest(coalesce((SELECT value FROM meta WHERE key='next_timer_id'), 1), "
+       "coalesce((SELECT max(id) FROM timers), 0) + 1)",
+       {}},
+  };
+}
+
+// The parameters of "insert", "update" and "replace" (job_types above).
+Params JobParams(const JobRecord& j, int shard) {
+  Params p;
+  p.Int(shard)
+      .Int(static_cast<int64_t>(j.id))
+      .Bytes(j.tube)
+      .Int(j.priority)
+      .Int(static_cast<int64_t>(j.state))
+      .Int(j.due_ms)
+      .Int(DueMinute(j.due_ms))
+      .Int(j.delay_ms)
+      .Int(j.ttr_ms)
+      .Int(j.created_ms);
+  if (j.state == StoredState::kDone) {
+    p.Int(j.done_ms);
+  } else {
+    p.Null();
+  }
+  p.Int(j.run_at_ms)
+      .Int(j.counters.reserves)
+      .Int(j.counters.timeouts)
+      .Int(j.counters.releases)
+      .Int(j.counters.buries)
+      .Int(j.counters.kicks)
+      .OptionalBytes(j.key)
+      .OptionalBytes(j.spec)
+      .OptionalBytes(j.attempt_log)
+      .OptionalBytes(j.last_error)
+      .Bytes(j.body);
+  return p;
+}
+
+JobRecord ReadJob(const PGresult* r, int row) {
+  using pg::GetBytes;
+  using pg::GetInt;
+  JobRecord j;
+  j.id = static_cast<uint64_t>(GetInt(r, row, 0));
+  j.tube = GetBytes(r, row, 1);
+  j.priority = static_cast<uint32_t>(GetInt(r, row, 2));
+  j.state = static_cast<StoredState>(GetInt(r, row, 3));
+  j.due_ms = GetInt(r, row, 4);
+  j.delay_ms = GetInt(r, row, 5);
+  j.ttr_ms = GetInt(r, row, 6);
+  j.created_ms = GetInt(r, row, 7);
+  j.counters.reserves = static_cast<uint32_t>(GetInt(r, row, 8));
+  j.counters.timeouts = static_cast<uint32_t>(GetInt(r, row, 9));
+  j.counters.releases = static_cast<uint32_t>(GetInt(r, row, 10));
+  j.counters.buries = static_cast<uint32_t>(GetInt(r, row, 11));
+  j.counters.kicks = static_cast<uint32_t>(GetInt(r, row, 12));
+  j.body = GetBytes(r, row, 13);
+  j.key = GetBytes(r, row, 14);
+  j.spec = GetBytes(r, row, 15);
+  j.attempt_log = GetBytes(r, row, 16);
+  j.last_error = GetBytes(r, row, 17);
+  j.done_ms = GetInt(r, row, 18);
+  j.run_at_ms = GetInt(r, row, 19);
+  return j;
+}
+
+TimerRecord ReadTimer(const PGresult* r, int row) {
+  TimerRecord t;
+  t.id = static_cast<uint64_t>(pg::GetInt(r, row, 0));
+  t.name = pg::GetBytes(r, row, 1);
+  t.definition = pg::GetBytes(r, row, 2);
+  t.next_fire_ms = pg::GetInt(r, row, 3);
+  t.last_fire_ms = pg::GetInt(r, row, 4);
+  t.created_ms = pg::GetInt(r, row, 5);
+  return t;
+}
+
+template <typename Read>
+auto Rows(const Result<PgResult>& r, Read read) -> Result<std::vector<decltype(read(nullptr, 0))>> {
+  if (!r.ok()) return r.status();
+  std::vector<decltype(read(nullptr, 0))> out;
+  const PGresult* res = r->get();
+  const int n = PQntuples(res);
+  out.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) out.push_back(read(res, i));
+  return out;
+}
+
+template <typename T>
+Result<std::optional<T>> First(Result<std::vector<T>> rows) {
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return std::optional<T>();
+  return std::optional<T>(std::move(rows->front()));
+}
+
+}  // namespace
+
+// A connection, its statements prepared, reconnected with backoff after it
+// broke; each change of state is logged once.
+class PgStore::Link {
+ public:
+  Link(std::string conninfo, const char* role, bool pipelined)
+      : conninfo_(std::move(conninfo)), role_(role), pipelined_(pipelined) {}
+
+  // The connection, connected and prepared, or why it is not.
+  Result<PgConn*> Get() {
+    if (conn_ && conn_->ok()) return conn_.get();
+    const auto now = std::chrono::steady_clock::now();
+    if (now < retry_at_) return Status::IoError(last_error_);
+    Status s = Connect();
+    if (!s.ok()) {
+      if (!down_) spdlog::warn("postgres: {} connection lost: {}", role_, s.message());
+      down_ = true;
+      backoff_ = std::clamp(backoff_ * 2, kFirstBackoff, kMaxBackoff);
+      retry_at_ = now + backoff_;
+      last_error_ = "postgres unavailable (reconnecting): " + s.message();
+      return Status::IoError(last_error_);
+    }
+    if (down_) spdlog::info("postgres: {} connection restored", role_);
+    down_ = false;
+    backoff_ = {};
+    ++connects_;
+    return conn_.get();
+  }
+  // How many times this link connected.
+  uint64_t connects() const { return connects_; }
+
+ private:
+  static constexpr std::chrono::milliseconds kFirstBackoff{50};
+  static constexpr std::chrono::milliseconds kMaxBackoff{2000};
+
+  Status Connect() {
+    conn_.reset();
+    auto c = PgConn::Connect(conninfo_);
+    if (!c.ok()) return c.status();
+    // The writer's commits are acknowledged once the server has them; the
+    // syncer's commit makes them durable (store/commit_queue.h).
+    Status s =
+        (*c)->Exec(pipelined_ ? "SET synchronous_commit = off" : "SET synchronous_commit = on");
+    for (const Statement& st : Statements()) {
+      if (!s.ok()) break;
+      s = (*c)->Prepare(st.name, st.sql, st.types);
+    }
+    if (s.ok() && pipelined_) s = (*c)->EnterPipeline();
+    if (!s.ok()) return s;
+    conn_ = std::move(c).value();
+    return Status::Ok();
+  }
+
+  const std::string conninfo_;
+  const char* const role_;
+  const bool pipelined_;
+  std::unique_ptr<PgConn> conn_;
+  bool down_ = false;
+  std::chrono::milliseconds backoff_{};
+  std::chrono::steady_clock::time_point retry_at_{};
+  std::string last_error_;
+  uint64_t connects_ = 0;
+};
+
+// The statements of one batch in a pipeline: results are read at each
+// Flush (and every kPipelineDepth statements), in order.
+class PgStore::Batcher {
+ public:
+  explicit Batcher(PgConn& conn) : conn_(conn) {}
+
+  // Queues a statement; `must_change`: changing no row is a conflict.
+  void Send(const char* name, const Params& p, bool must_change = false) {
+    if (!status_.ok()) return;
+    Status s = conn_.Send(name, p);
+    Track(s, name, must_change);
+  }
+  void Sql(const char* sql) {
+    if (!status_.ok()) return;
+    Track(conn_.SendSql(sql), sql, false);
+  }
+  // Whether a statement sent since the last Flush must change a row: its
+  // result must be read before the transaction commits.
+  bool checks_pending() const {
+    return std::any_of(sent_.begin(), sent_.end(), [](const Sent& st) { return st.must_change; });
+  }
+  // Reads every result sent: the first failure since the last Flush.
+  Status Flush() {
+    Status first = status_;
+    status_ = Status::Ok();
+    if (sent_.empty()) return first;
+    Status s = conn_.Sync();
+    for (const Sent& st : sent_) {
+      uint64_t changed = 0;
+      Status one = s.ok() ? conn_.Next(&changed) : s;
+      if (one.ok() && st.must_change && changed == 0) {
+        one = Status::Conflict(std::string(st.what) + ": no such row");
+      }
+      if (first.ok() && !one.ok()) first = one;
+    }
+    sent_.clear();
+    if (s.ok()) s = ReadSync();
+    return first.ok() ? s : first;
+  }
+
+ private:
+  struct Sent {
+    const char* what;
+    bool must_change;
+  };
+
+  void Track(Status s, const char* what, bool must_change) {
+    if (!s.ok()) {
+      status_ = s;
+      return;
+    }
+    sent_.push_back({what, must_change});
+    if (sent_.size() >= kPipelineDepth) status_ = Flush();
+  }
+  Status ReadSync() {
+    for (;;) {
+      PgResult r(PQgetResult(conn_.get()));
+      if (!r) {
+        if (!conn_.ok()) return conn_.Error(nullptr, "pipeline");
+        continue;
+      }
+      if (PQresultStatus(r.get()) == PGRES_PIPELINE_SYNC) return Status::Ok();
+    }
+  }
+
+  PgConn& conn_;
+  std::vector<Sent> sent_;
+  Status status_;
+};
+
+PgStore::PgStore(PgOptions options, Executor executor)
+    : options_(std::move(options)),
+      writer_(std::make_unique<Link>(options_.conninfo, "writer", true)),
+      syncer_(std::make_unique<Link>(options_.conninfo, "syncer", false)),
+      reader_(std::make_unique<Link>(options_.conninfo, "reader", false)),
+      queue_(*this, {.max_batch = options_.max_batch, .sync_delay_ms = options_.sync_delay_ms},
+             std::move(executor)) {}
+
+Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor executor) {
+  if (options.shards <= 0 || options.shards > 32767) {
+    return Status::InvalidArgument("postgres: the shard count must be 1 to 32767");
+  }
+  // Checks the connection string before anything else uses it.
+  char* err = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(options.conninfo.c_str(), &err);
+  if (parsed == nullptr) {
+    std::string why = err ? err : "out of memory";
+    PQfreemem(err);
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    return Status::InvalidArgument("postgres: bad connection string: " + why);
+  }
+  PQconninfoFree(parsed);
+
+  std::unique_ptr<PgStore> store(new PgStore(std::move(options), std::move(executor)));
+  {
+    auto migrator = PgConn::Connect(store->options_.conninfo);
+    if (!migrator.ok()) return migrator.status();
+    Status s = pg::Migrate(**migrator, store->options_.shards, &store->shards_);
+    if (!s.ok()) return s;
+  }
+  for (Link* link : {store->writer_.get(), store->syncer_.get(), store->reader_.get()}) {
+    auto c = link->Get();
+    if (!c.ok()) return c.status();
+  }
+  auto seq = store->Read("commit_seq", Params());
+  if (!seq.ok()) return seq.status();
+  store->commit_seq_ = PQntuples(seq->get()) ? pg::GetInt(seq->get(), 0, 0) : 0;
+  store->writer_connects_ = store->synced_writer_connects_ = store->writer_->connects();
+  store->queue_.Start();
+  return store;
+}
+
+PgStore::~PgStore() { Close(); }
+
+void PgStore::Close() { queue_.Close(); }
+
+StoreStats PgStore::stats() const { return queue_.stats(); }
+
+void PgStore::Submit(Mutation m, Done done) { queue_.Submit(std::move(m), std::move(done)); }
+
+void PgStore::SubmitAll(std::vector<Mutation> ms, Done done) {
+  queue_.SubmitAll(std::move(ms), std::move(done));
+}
+
+// A commit with synchronous_commit on that has a transaction id waits for
+// the WAL to be flushed up to its commit record, and so up to every commit
+// it saw. That covers the writer's commits so far only if none of them was
+// lost meanwhile: a server that crashed before flushing them recovers
+// without them, and a sync on a new connection would then vouch for commits
+// that are gone. So each commit records its number (meta 'commit_seq'); the
+// sync reads it back, and fails unless it sees the latest commit and the
+// writer has stayed on one connection since the last good sync (a new writer
+// connection may mean a server that lost what the old one committed). A
+// failed sync fails the submissions it would have answered; the engine then
+// reads their jobs back from the store.
+Status PgStore::Sync() {
+  const uint64_t writer_connects = writer_connects_.load();
+  const int64_t target = commit_seq_.load();
+  auto c = syncer_->Get();
+  if (!c.ok()) return c.status();
+  auto r = (*c)->Run("sync", Params());
+  if (!r.ok()) return r.status();
+  const int64_t seen = pg::GetInt(r->get(), 0, 0);
+  const bool same_writer =
+      writer_connects == writer_connects_.load() && writer_connects == synced_writer_connects_;
+  synced_writer_connects_ = writer_connects;
+  if (seen < target || !same_writer) {
+    return Status::IoError(fmt::format(
+        "postgres: commits may have been lost by the server (latest seen {}, expected {}{}); "
+        "their writes are reported as failed",
+        seen, target, same_writer ? "" : ", the writer reconnected"));
+  }
+  return Status::Ok();
+}
+
+Status PgStore::Commit(CommitQueue::Batch& batch) {
+  auto c = writer_->Get();
+  if (!c.ok()) return c.status();
+  writer_connects_ = writer_->connects();
+  PgConn& conn = **c;
+  Batcher b(conn);
+  uint64_t max_id = 0;
+  auto apply = [&](const Mutation& m) {
+    std::visit(
+        Overloaded{
+            [&](const change::InsertJob& x) {
+              b.Send("insert",
+                     JobParams(x.job, pg::JobShard(x.job.id, x.job.tube, x.job.key, shards_)));
+              max_id = std::max(max_id, x.job.id);
+            },
+            [&](const change::ReplaceJob& x) {
+              b.Send("replace",
+                     JobParams(x.job, pg::JobShard(x.job.id, x.job.tube, x.job.key, shards_)));
+            },
+            [&](const change::UpdateJob& x) { b.Send("update", JobParams(x.job, 0)); },
+            [&](const change::DeleteJob& x) {
+              b.Send("delete", Params().Int(static_cast<int64_t>(x.id)));
+            },
+            [&](const change::PauseTube& x) {
+              b.Send("pause", Params().Bytes(x.tube).Int(x.pause_ms).Int(x.unpause_ms));
+            },
+            [&](const change::SetTopicSettings& x) {
+              b.Send("settings", Params().Bytes(x.tube).OptionalBytes(x.settings));
+            },
+            [&](const change::PurgeDone& x) { b.Send("purge", Params().Int(x.before_ms)); },
+            [&](const change::PutTimer& x) {
+              const TimerRecord& t = x.timer;
+              const int64_t id = static_cast<int64_t>(t.id);
+              b.Send("timer_put", Params()
+                                      .Int(pg::TimerShard(t.id, shards_))
+                                      .Int(id)
+                                      .Bytes(t.name)
+                                      .Bytes(t.definition)
+                                      .Int(t.next_fire_ms)
+                                      .Int(t.last_fire_ms)
+                                      .Int(t.created_ms));
+              // Like job ids, timer ids never repeat: a new timer's fire keys
+              // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
+              b.Send("set_next", Params().Bytes("next_timer_id").Int(id + 1));
+            },
+            [&](const change::DeleteTimer& x) {
+              Params p;
+              p.Int(pg::TimerShard(x.id, shards_)).Int(static_cast<int64_t>(x.id));
+              b.Send("timer_delete_fires", p);
+              b.Send("timer_delete", p);
+            },
+            [&](const change::AdvanceTimer& x) {
+              const int64_t shard = pg::TimerShard(x.id, shards_);
+              const int64_t id = static_cast<int64_t>(x.id);
+              b.Send("timer_advance",
+                     Params().Int(shard).Int(id).Int(x.next_fire_ms).Int(x.last_fire_ms),
+                     /*must_change=*/true);
+              for (const TimerFire& f : x.fires) {
+                b.Send("fire_insert", Params()
+                                          .Int(pg::TimerShard(f.timer_id, shards_))
+                                          .Int(static_cast<int64_t>(f.timer_id))
+                                          .Int(f.fire_ms)
+                                          .Int(static_cast<int64_t>(f.job_id))
+                                          .Bytes(f.outcome)
+                                          .Int(f.at_ms));
+              }
+              b.Send("fire_prune", Params().Int(shard).Int(id));
+            },
+        },
+        m.change);
+  };
+
+  b.Sql("BEGIN");
+  Status s;
+  for (auto& p : batch) {
+    if (batch.size() == 1 || !p.MayConflict()) {
+      p.ForEach(apply);
+      continue;
+    }
+    // Everything before it first, so that a failure is known to be its own.
+    s = b.Flush();
+    if (!s.ok()) break;
+    const uint64_t max_id_before = max_id;
+    b.Sql("SAVEPOINT one");
+    p.ForEach(apply);
+    Status one = b.Flush();
+    if (one.code() == StatusCode::kConflict) {
+      b.Sql("ROLLBACK TO SAVEPOINT one");
+      p.status = one;  // this submission fails alone
+      max_id = max_id_before;
+    } else if (!one.ok()) {
+      s = one;
+      break;
+    }
+    b.Sql("RELEASE SAVEPOINT one");
+  }
+  // The id high-water mark survives even when the newest jobs are deleted, so
+  // ids never repeat across restarts.
+  if (s.ok() && max_id >= next_id_floor_) {
+    b.Send("set_next", Params().Bytes("next_id").Int(static_cast<int64_t>(max_id + 1)));
+  }
+  // This commit's number, for the syncer (Sync).
+  const int64_t seq = commit_seq_.load() + 1;
+  if (s.ok()) b.Send("set_seq", Params().Int(seq));
+  // A timer advanced that no longer exists fails its batch: known before COMMIT.
+  if (s.ok() && b.checks_pending()) s = b.Flush();
+  if (s.ok()) {
+    b.Sql("COMMIT");
+    s = b.Flush();
+  }
+  if (!s.ok()) {
+    (void)b.Flush();  // what was sent after the failure
+    if (conn.ok()) {
+      b.Sql("ROLLBACK");
+      (void)b.Flush();
+    }
+    return s;
+  }
+  if (max_id >= next_id_floor_) next_id_floor_ = max_id + 1;
+  commit_seq_ = seq;
+  return Status::Ok();
+}
+
+Result<PgResult> PgStore::Read(const char* name, const Params& p) {
+  auto c = reader_->Get();
+  if (!c.ok()) return c.status();
+  auto r = (*c)->Run(name, p);
+  // An idle connection finds out at its next use that the server restarted:
+  // connect again and read once more (reads change nothing).
+  if (!r.ok() && !(*c)->ok()) {
+    c = reader_->Get();
+    if (!c.ok()) return c.status();
+    r = (*c)->Run(name, p);
+  }
+  return r;
+}
+
+Result<Recovered> PgStore::Recover(int64_t horizon_minute) {
+  auto c = reader_->Get();
+  if (!c.ok()) return c.status();
+  PgConn& conn = **c;
+  auto query = [&](const std::string& sql, const Params& p) -> Result<PgResult> {
+    PgResult r(PQexecParams(conn.get(), sql.c_str(), p.size(), nullptr, p.values(), p.lengths(),
+                            p.formats(), 1));
+    if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) return conn.Error(r.get(), "recover");
+    return r;
+  };
+  Recovered out;
+  // Ready, buried, and delayed through the horizon: read whole.
+  auto jobs =
+      Rows(query(Select(kJobColumns,
+                        "FROM jobs WHERE state IN (0, 2) OR (state=1 AND due_min<=$1::int8) "
+                        "ORDER BY id"),
+                 Params().Int(horizon_minute)),
+           ReadJob);
+  if (!jobs.ok()) return jobs.status();
+  out.jobs = std::move(jobs).value();
+  // Delayed beyond the horizon: they stay in the store, counted per tube.
+  auto far = query(
+      "SELECT tube, count(*) FROM jobs WHERE state=1 AND due_min>$1::int8 GROUP BY tube ORDER BY "
+      "tube",
+      Params().Int(horizon_minute));
+  if (!far.ok()) return far.status();
+  for (int i = 0; i < PQntuples(far->get()); ++i) {
+    out.far.push_back(
+        {pg::GetBytes(far->get(), i, 0), static_cast<uint64_t>(pg::GetInt(far->get(), i, 1))});
+  }
+  auto tubes = query("SELECT name, pause_ms, unpause_ms, settings FROM tubes", Params());
+  if (!tubes.ok()) return tubes.status();
+  for (int i = 0; i < PQntuples(tubes->get()); ++i) {
+    std::string name = pg::GetBytes(tubes->get(), i, 0);
+    if (int64_t pause = pg::GetInt(tubes->get(), i, 1); pause > 0) {
+      out.pauses.push_back({name, pause, pg::GetInt(tubes->get(), i, 2)});
+    }
+    std::string settings = pg::GetBytes(tubes->get(), i, 3);
+    if (!settings.empty()) out.settings.push_back({std::move(name), std::move(settings)});
+  }
+  auto next = query(
+      "SELECT greatest(coalesce((SELECT value FROM meta WHERE key='next_id'), 1), "
+      "coalesce((SELECT max(id) FROM jobs), 0) + 1)",
+      Params());
+  if (!next.ok()) return next.status();
+  out.next_id = static_cast<uint64_t>(pg::GetInt(next->get(), 0, 0));
+  auto next_timer = NextTimerId();
+  if (!next_timer.ok()) return next_timer.status();
+  out.next_timer_id = *next_timer;
+  return out;
+}
+
+Result<std::optional<JobRecord>> PgStore::Get(uint64_t id) {
+  return First(Rows(Read("get", Params().Int(static_cast<int64_t>(id))), ReadJob));
+}
+
+Result<std::optional<JobRecord>> PgStore::GetByKey(const std::string& tube,
+                                                   const std::string& key) {
+  if (key.empty()) return std::optional<JobRecord>();
+  return First(Rows(
+      Read("get_by_key", Params().Int(pg::JobShard(0, tube, key, shards_)).Bytes(tube).Bytes(key)),
+      ReadJob));
+}
+
+Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
+  auto c = reader_->Get();
+  if (!c.ok()) return c.status();
+  PgConn& conn = **c;
+  Params p;
+  std::vector<Oid> types;
+  std::string sql = Select(kJobColumns, "FROM jobs WHERE id>$1");
+  p.Int(static_cast<int64_t>(lq.after_id));
+  types.push_back(kInt8);
+  auto add = [&](const char* cond, Oid type) {
+    types.push_back(type);
+    sql += fmt::format(fmt::runtime(cond), types.size());
+  };
+  if (lq.tube) {
+    add(" AND tube=${}", kText);
+    p.Bytes(*lq.tube);
+  }
+  if (lq.state) {
+    add(" AND state=${}", kInt8);
+    p.Int(static_cast<int64_t>(*lq.state));
+  }
+  if (!lq.key_prefix.empty()) {
+    add(" AND substr(key, 1, length(${0})) = ${0}", kBytea);
+    p.Bytes(lq.key_prefix);
+  }
+  if (lq.due_after_ms) {
+    add(" AND due_ms>=${}", kInt8);
+    p.Int(*lq.due_after_ms);
+  }
+  if (lq.due_before_ms) {
+    add(" AND due_ms<${}", kInt8);
+    p.Int(*lq.due_before_ms);
+  }
+  add(" ORDER BY id LIMIT ${}", kInt8);
+  p.Int(static_cast<int64_t>(lq.limit));
+  PgResult r(PQexecParams(conn.get(), sql.c_str(), p.size(), types.data(), p.values(), p.lengths(),
+                          p.formats(), 1));
+  if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) return conn.Error(r.get(), "list jobs");
+  return Rows(Result<PgResult>(std::move(r)), ReadJob);
+}
+
+Result<std::vector<JobRecord>> PgStore::LoadMinute(int64_t minute, uint64_t after_id,
+                                                   size_t limit) {
+  return Rows(Read("load_minute", Params()
+                                      .Int(minute)
+                                      .Int(static_cast<int64_t>(after_id))
+                                      .Int(static_cast<int64_t>(limit))),
+              ReadJob);
+}
+
+Result<std::vector<JobRecord>> PgStore::FarDelayed(const std::string& tube, int64_t after_minute,
+                                                   size_t limit) {
+  return Rows(
+      Read("far_delayed", Params().Int(after_minute).Bytes(tube).Int(static_cast<int64_t>(limit))),
+      ReadJob);
+}
+
+Result<std::optional<TimerRecord>> PgStore::GetTimer(uint64_t id) {
+  return First(Rows(Read("timer_get", Params().Int(static_cast<int64_t>(id))), ReadTimer));
+}
+
+Result<std::optional<TimerRecord>> PgStore::GetTimerByName(const std::string& name) {
+  return First(Rows(Read("timer_by_name", Params().Bytes(name)), ReadTimer));
+}
+
+Result<std::vector<TimerRecord>> PgStore::ListTimers(uint64_t after_id, size_t limit) {
+  return Rows(Read("timers_list",
+                   Params().Int(static_cast<int64_t>(after_id)).Int(static_cast<int64_t>(limit))),
+              ReadTimer);
+}
+
+Result<std::vector<TimerRecord>> PgStore::TimersDue(int64_t from_ms, uint64_t after_id,
+                                                    int64_t before_ms, size_t limit) {
+  return Rows(Read("timers_due", Params()
+                                     .Int(from_ms)
+                                     .Int(static_cast<int64_t>(after_id))
+                                     .Int(before_ms)
+                                     .Int(static_cast<int64_t>(limit))),
+              ReadTimer);
+}
+
+Result<std::vector<TimerFire>> PgStore::TimerFires(uint64_t timer_id, size_t limit) {
+  return Rows(Read("timer_fires", Params()
+                                      .Int(pg::TimerShard(timer_id, shards_))
+                                      .Int(static_cast<int64_t>(timer_id))
+                                      .Int(static_cast<int64_t>(limit))),
+              [](const PGresult* r, int row) {
+                return TimerFire{static_cast<uint64_t>(pg::GetInt(r, row, 0)),
+                                 pg::GetInt(r, row, 1),
+                                 static_cast<uint64_t>(pg::GetInt(r, row, 2)),
+                                 pg::GetBytes(r, row, 3), pg::GetInt(r, row, 4)};
+              });
+}
+
+Result<uint64_t> PgStore::NextTimerId() {
+  auto r = Read("next_timer_id", Params());
+  if (!r.ok()) return r.status();
+  return static_cast<uint64_t>(pg::GetInt(r->get(), 0, 0));
+}
+
+}  // namespace delayd::store

@@ -1,0 +1,162 @@
+// What only the PostgreSQL store does: its schema and versions, bytes that
+// are not text, a lost connection. The Store contract is in store_test.cc.
+#include "store/postgres/pg_store.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "store/postgres/pg_schema.h"
+#include "store/testing/inbox.h"
+#include "store/testing/pg_test_db.h"
+
+namespace delayd::store {
+namespace {
+
+class PgStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(db_.uri().empty()) << db_.error(); }
+
+  Result<std::unique_ptr<PgStore>> Open(int shards = 256) {
+    return PgStore::Open({.conninfo = db_.uri(), .shards = shards}, inbox_.executor());
+  }
+  Status Apply(Store& store, Mutation m) {
+    std::atomic<int> done{0};
+    Status out;
+    store.Submit(std::move(m), [&](const Status& s) {
+      out = s;
+      ++done;
+    });
+    inbox_.RunUntil(done, 1);
+    return out;
+  }
+  // The integer the one-row query `sql` returns on the test database.
+  int64_t Query(const std::string& sql) {
+    PGconn* c = PQconnectdb(db_.uri().c_str());
+    PGresult* r = PQexec(c, sql.c_str());
+    int64_t v = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1
+                    ? std::stoll(PQgetvalue(r, 0, 0))
+                    : -1;
+    PQclear(r);
+    PQfinish(c);
+    return v;
+  }
+  static JobRecord Job(uint64_t id, std::string key = "") {
+    JobRecord j;
+    j.id = id;
+    j.tube = "t";
+    j.key = std::move(key);
+    j.body = "b";
+    return j;
+  }
+
+  testing::PgTestDb db_;
+  testing::Inbox inbox_;
+};
+
+TEST_F(PgStoreTest, ANewDatabaseGetsTheSchemaAndItsShardCountOnce) {
+  auto s = Open(16);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->shards(), 16);
+  EXPECT_EQ(Query("SELECT max(version) FROM delayd_schema"), pg::SchemaVersion());
+  s->reset();
+  // An existing database keeps its shard count, whatever a later start asks.
+  auto again = Open(64);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->shards(), 16);
+  EXPECT_EQ(Query("SELECT count(*) FROM delayd_schema"), pg::SchemaVersion());
+}
+
+TEST_F(PgStoreTest, EachJobCarriesItsShardFromItsIdOrItsKey) {
+  auto s = Open(16);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(37))).ok());
+  ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(38, "order-1"))).ok());
+  EXPECT_EQ(Query("SELECT shard FROM jobs WHERE id=37"), 37 % 16);
+  EXPECT_EQ(Query("SELECT shard FROM jobs WHERE id=38"), pg::JobShard(38, "t", "order-1", 16));
+  // The same key under another id lands on the same shard, so the unique
+  // index refuses it.
+  EXPECT_EQ(pg::JobShard(39, "t", "order-1", 16), pg::JobShard(38, "t", "order-1", 16));
+  EXPECT_EQ(Apply(**s, Mutation::Insert(Job(39, "order-1"))).code(), StatusCode::kConflict);
+  EXPECT_EQ((*s)->GetByKey("t", "order-1")->value().id, 38u);
+}
+
+TEST_F(PgStoreTest, BytesThatAreNotTextComeBackByteForByte) {
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  JobRecord j = Job(1, std::string("k\xff\x00z", 4));
+  j.body = std::string("\x00\x01\xfe\xff\r\n", 6);
+  j.last_error = std::string("bad \xc3\x28 utf-8", 12);
+  j.spec = "{}";
+  ASSERT_TRUE(Apply(**s, Mutation::Insert(j)).ok());
+  auto got = (*s)->Get(1);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->body, j.body);
+  EXPECT_EQ((*got)->key, j.key);
+  EXPECT_EQ((*got)->last_error, j.last_error);
+  EXPECT_EQ((*s)->GetByKey("t", j.key)->value().id, 1u);
+}
+
+TEST_F(PgStoreTest, ADatabaseOfANewerSchemaVersionIsAClearStartUpError) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(db_.Exec("INSERT INTO delayd_schema (version) VALUES (" +
+                       std::to_string(pg::SchemaVersion() + 1) + ")"))
+      << db_.error();
+  auto s = Open();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("newer than this delayd"), std::string::npos)
+      << s.status().ToString();
+}
+
+TEST_F(PgStoreTest, ABadConnectionStringOrAnUnreachableServerIsAClearError) {
+  auto bad = PgStore::Open({.conninfo = "postgres://user@host:notaport/db?nosuchoption=1"},
+                           inbox_.executor());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad connection string"), std::string::npos)
+      << bad.status().ToString();
+  // Port 1 on loopback: nothing listens there.
+  auto down = PgStore::Open({.conninfo = "postgresql://delayd@127.0.0.1:1/x?connect_timeout=5"},
+                            inbox_.executor());
+  ASSERT_FALSE(down.ok());
+  EXPECT_NE(down.status().message().find("cannot connect"), std::string::npos)
+      << down.status().ToString();
+}
+
+TEST_F(PgStoreTest, ALostConnectionFailsWritesAsRetryableAndIsRestoredByItself) {
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(1))).ok());
+  // The server ends every session of the store (as a restart would).
+  ASSERT_TRUE(
+      db_.Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+               "datname = current_database() AND pid <> pg_backend_pid()"))
+      << db_.error();
+  Status first = Apply(**s, Mutation::Insert(Job(2)));
+  if (!first.ok()) {
+    EXPECT_EQ(first.code(), StatusCode::kIoError) << first.ToString();
+  }
+  // Within the backoff the store connects again; later writes succeed.
+  Status later;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  uint64_t id = 3;
+  do {
+    later = Apply(**s, Mutation::Insert(Job(id++)));
+    if (!later.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (!later.ok() && std::chrono::steady_clock::now() < deadline);
+  EXPECT_TRUE(later.ok()) << later.ToString();
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id=1"), 1);
+  // Reads reconnect too.
+  auto got = (*s)->Get(1);
+  for (int i = 0; i < 100 && !got.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    got = (*s)->Get(1);
+  }
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(got->has_value());
+}
+
+}  // namespace
+}  // namespace delayd::store
