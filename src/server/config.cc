@@ -27,6 +27,7 @@ Status LoadToml(const std::string& path, Config& config) {
     return Status::InvalidArgument(path + ": " + std::string(e.description()));
   }
   static const std::set<std::string> kKnown = {"data-dir",
+                                               "store",
                                                "beanstalk",
                                                "max-job-size",
                                                "max-connections",
@@ -54,6 +55,10 @@ Status LoadToml(const std::string& path, Config& config) {
   if (auto n = t["data-dir"]; n) {
     if (!n.is_string()) return type_error("data-dir", "a string");
     config.data_dir = *n.value<std::string>();
+  }
+  if (auto n = t["store"]; n) {
+    if (!n.is_string()) return type_error("store", "a string");
+    config.store = *n.value<std::string>();
   }
   if (auto n = t["beanstalk"]; n) {
     config.beanstalk.clear();
@@ -131,7 +136,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
       "delayd: a durable delayed-job and timer service.\n"
       "Speaks the beanstalkd 1.12 protocol and an HTTP/JSON API, delivers push jobs\n"
       "to their HTTP targets with retries, keeps every job in an embedded store\n"
-      "(SQLite in --data-dir) and answers a write only after it is on disk."};
+      "(SQLite in --data-dir) or in PostgreSQL (--store), and answers a put only\n"
+      "after it is on disk."};
   app.set_version_flag("--version,-v", std::string("delayd ") + kVersion);
 
   std::string config_path;
@@ -146,7 +152,10 @@ ParsedArgs ParseArgs(int argc, char** argv) {
 
   app.add_option("--config", config_path, "Read settings from this TOML file (flags win)")
       ->check(CLI::ExistingFile);
-  app.add_option("--data-dir", c.data_dir, "Directory of the store (default ./data)");
+  app.add_option("--data-dir", c.data_dir, "Directory of the SQLite store (default ./data)");
+  app.add_option("--store", c.store,
+                 "Keep jobs in PostgreSQL: a libpq connection string or postgres:// URI "
+                 "(password from PGPASSWORD or ~/.pgpass); without it, SQLite in --data-dir");
   app.add_option("--beanstalk", beanstalk,
                  "Serve the beanstalk protocol on HOST:PORT or unix:PATH; repeatable; "
                  "port 0 picks a free port (default 127.0.0.1:11300)");
@@ -239,6 +248,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     // Flags given on the command line win over the file.
     auto given = [&](const char* name) { return app.count(name) > 0; };
     if (!given("--data-dir") && !given("-b")) c.data_dir = file.data_dir;
+    if (!given("--store")) c.store = file.store;
     if (!given("--max-job-size") && !given("-z")) c.max_job_size = file.max_job_size;
     if (!given("--max-connections")) c.max_connections = file.max_connections;
     if (!given("--horizon-ms")) c.horizon_ms = file.horizon_ms;

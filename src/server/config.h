@@ -16,6 +16,8 @@ namespace delayd::server {
 
 struct Config {
   std::string data_dir = "./data";
+  // A PostgreSQL connection string or postgres:// URI; empty: SQLite in data_dir.
+  std::string store;
   std::vector<std::string> beanstalk = {"127.0.0.1:11300"};
   uint64_t max_job_size = engine::kDefaultMaxJobBytes;
   uint64_t max_connections = 10000;

@@ -95,6 +95,16 @@ TEST_F(TomlTest, FileSetsKeysAndFlagsWin) {
   EXPECT_EQ(a.config.max_deliveries, 32u);
 }
 
+TEST_F(TomlTest, TheStoreComesFromTheFileUnlessTheFlagGivesIt) {
+  EXPECT_TRUE(Parse({}).config.store.empty()) << "SQLite unless told";
+  std::string p = Write("store = \"postgres://delayd@db:5432/jobs\"\n");
+  EXPECT_EQ(Parse({"--config", p}).config.store, "postgres://delayd@db:5432/jobs");
+  EXPECT_EQ(Parse({"--config", p, "--store", "host=other dbname=x"}).config.store,
+            "host=other dbname=x");
+  Config c;
+  EXPECT_FALSE(LoadToml(Write("store = 5\n"), c).ok());
+}
+
 TEST_F(TomlTest, TargetRulesFromTheFileUnlessFlagsGiveThem) {
   std::string p = Write("target-deny = [\"10.0.0.0/8\", \"*.corp\"]\ntarget-allow = \"*\"\n");
   ParsedArgs a = Parse({"--config", p});

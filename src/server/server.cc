@@ -10,6 +10,10 @@
 #include <csignal>
 #include <filesystem>
 #include <random>
+#include <utility>
+
+#include "store/postgres/pg_store.h"
+#include "store/sqlite/sqlite_store.h"
 
 namespace delayd::server {
 
@@ -73,18 +77,30 @@ void RaiseFileLimit(uint64_t max_connections) {
 }
 }  // namespace
 
-Status Server::Start() {
-  RaiseFileLimit(config_.max_connections);
+Status Server::OpenStore() {
+  Executor post = [this](std::function<void()> f) { asio::post(io_, std::move(f)); };
+  if (!config_.store.empty()) {
+    auto store = store::PgStore::Open(
+        {.conninfo = config_.store, .sync_delay_ms = config_.sync_delay_ms}, std::move(post));
+    if (!store.ok()) return store.status();
+    store_ = std::move(store).value();
+    return Status::Ok();
+  }
   std::error_code fs_ec;
   std::filesystem::create_directories(config_.data_dir, fs_ec);
   if (fs_ec) return Status::IoError("create " + config_.data_dir + ": " + fs_ec.message());
-
   auto store = store::SqliteStore::Open(
       {.path = (std::filesystem::path(config_.data_dir) / "delayd.db").string(),
        .sync_delay_ms = config_.sync_delay_ms},
-      [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
+      std::move(post));
   if (!store.ok()) return store.status();
   store_ = std::move(store).value();
+  return Status::Ok();
+}
+
+Status Server::Start() {
+  RaiseFileLimit(config_.max_connections);
+  if (Status s = OpenStore(); !s.ok()) return s;
 
   engine::EngineOptions eo;
   eo.horizon_ms = config_.horizon_ms;
@@ -152,7 +168,8 @@ Status Server::Start() {
     addresses += " http=" + bound.value();
   }
   SchedulePurge();
-  spdlog::info("delayd {} listening{} data-dir={}", kVersion, addresses, config_.data_dir);
+  spdlog::info("delayd {} listening{} {}", kVersion, addresses,
+               config_.store.empty() ? "data-dir=" + config_.data_dir : "store=postgres");
   signals_.async_wait([this](boost::system::error_code ec, int signo) {
     if (!ec) OnSignal(signo);
   });

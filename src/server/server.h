@@ -15,7 +15,7 @@
 #include "http/server.h"
 #include "protocol/beanstalk/listener.h"
 #include "server/config.h"
-#include "store/sqlite/sqlite_store.h"
+#include "store/store.h"
 #include "timer/timer_service.h"
 
 namespace delayd::server {
@@ -33,6 +33,8 @@ class Server {
   int Run();
 
  private:
+  // SQLite in the data dir, or PostgreSQL when --store names one.
+  Status OpenStore();
   void ArmTimer(int64_t steady_us);
   void ArmTimers(int64_t wall_ms);
   // Makes due jobs ready and hands due push jobs to the HTTP client at once.
@@ -50,7 +52,7 @@ class Server {
   boost::asio::steady_timer timers_timer_;
   boost::asio::steady_timer shutdown_timer_;
   int64_t armed_us_ = -1;
-  std::unique_ptr<store::SqliteStore> store_;
+  std::unique_ptr<store::Store> store_;
   std::unique_ptr<engine::Engine> engine_;
   beanstalk::ServerCounters counters_;
   beanstalk::ProcessInfo process_;

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "store/testing/pg_test_db.h"
 #include "support/client.h"
 
 namespace delayd::testing {
@@ -136,10 +137,16 @@ std::string MakeTempDir(const std::string& prefix) {
   return tmpl;
 }
 
+bool DelaydServer::OnPostgres() { return std::getenv("DELAYD_TEST_PG_FILE") != nullptr; }
+
 DelaydServer::DelaydServer(std::string data_dir, std::vector<std::string> extra,
                            std::vector<std::string> env)
     : data_dir_(std::move(data_dir)), extra_(std::move(extra)), env_(std::move(env)) {
   log_path_ = data_dir_ + ".log";
+  if (OnPostgres()) {
+    db_ = std::make_unique<store::testing::PgTestDb>();
+    if (db_->uri().empty()) throw std::runtime_error(db_->error());
+  }
   Launch();
 }
 
@@ -150,6 +157,10 @@ DelaydServer::~DelaydServer() {
 void DelaydServer::Launch() {
   std::vector<std::string> argv = {DELAYD_BIN,    "--data-dir", data_dir_,    "--beanstalk",
                                    "127.0.0.1:0", "--http",     "127.0.0.1:0"};
+  if (db_) {
+    argv.push_back("--store");
+    argv.push_back(db_->uri());
+  }
   argv.insert(argv.end(), extra_.begin(), extra_.end());
   const size_t log_start = ReadFile(log_path_).size();
   process_.Start(argv, log_path_, env_);

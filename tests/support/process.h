@@ -4,8 +4,13 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace delayd::store::testing {
+class PgTestDb;
+}
 
 namespace delayd::testing {
 
@@ -50,12 +55,16 @@ std::string AsanSmallQuarantine();
 // "<dir>.log") when the test process exits; DELAYD_KEEP_TEST_DIRS=1 keeps it.
 std::string MakeTempDir(const std::string& prefix);
 
-// delayd started on ephemeral ports with its own data dir.
+// delayd started on ephemeral ports with its own data dir or, when the
+// environment names the test PostgreSQL (DELAYD_TEST_PG_FILE, as CTest's
+// postgres variants do), its own database there (store/testing/pg_test_db.h).
+// A restart keeps either.
 class DelaydServer {
  public:
   // Starts delayd with `--data-dir dir --beanstalk 127.0.0.1:0 --http
-  // 127.0.0.1:0` plus `extra`, and `env` added to its environment, and waits
-  // (10 s at most) for the line naming its ports.
+  // 127.0.0.1:0` (and `--store URI` on PostgreSQL) plus `extra`, and `env`
+  // added to its environment, and waits (10 s at most) for the line naming
+  // its ports.
   explicit DelaydServer(std::string data_dir, std::vector<std::string> extra = {},
                         std::vector<std::string> env = {});
   ~DelaydServer();
@@ -66,11 +75,14 @@ class DelaydServer {
   int http_port() const { return http_port_; }
   pid_t pid() const { return process_.pid(); }
   const std::string& data_dir() const { return data_dir_; }
+  // Whether this server keeps its jobs in PostgreSQL.
+  static bool OnPostgres();
   std::string log() const { return ReadFile(log_path_); }
 
  private:
   void Launch();
   std::string data_dir_;
+  std::unique_ptr<store::testing::PgTestDb> db_;  // on PostgreSQL
   std::vector<std::string> extra_;
   std::vector<std::string> env_;
   std::string log_path_;

@@ -1,0 +1,172 @@
+// PostgreSQL crashing under delayd: `pg_ctl stop -m immediate` (no shutdown
+// checkpoint), then a start that recovers from the WAL, while clients put
+// jobs over beanstalk and HTTP. While the database is down, writes get the
+// documented retryable errors (beanstalk INTERNAL_ERROR, HTTP 503
+// storage-unavailable) and what delayd holds in memory can still be read;
+// delayd reconnects by itself; every acknowledged job is there afterwards.
+// The test runs a PostgreSQL of its own (scripts/pg-temp), since it restarts it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/client.h"
+#include "support/http.h"
+#include "support/process.h"
+
+namespace delayd::testing {
+namespace {
+
+using nlohmann::json;
+
+// A PostgreSQL of the test's own, stopped and removed at the end.
+class OwnPostgres {
+ public:
+  OwnPostgres() : dir_(MakeTempDir("delayd-pg-restart")) {
+    if (Script("start") != 0) throw std::runtime_error("scripts/pg-temp start failed");
+    uri_ = ReadFile(dir_ + "/uri");
+    while (!uri_.empty() && uri_.back() == '\n') uri_.pop_back();
+  }
+  ~OwnPostgres() { Script("stop"); }
+  int Crash() { return Script("crash"); }
+  int Recover() { return Script("recover"); }
+  const std::string& uri() const { return uri_; }
+
+ private:
+  int Script(const char* verb) {
+    const std::string cmd = std::string(DELAYD_PG_TEMP) + " " + verb + " " + dir_ + " >/dev/null";
+    return std::system(cmd.c_str());
+  }
+  std::string dir_;
+  std::string uri_;
+};
+
+struct Tally {
+  std::mutex mu;
+  std::map<uint64_t, std::string> acked;  // id -> body
+  std::atomic<int> acked_count{0};
+  std::map<std::string, int> errors;  // reply -> count
+  std::vector<std::string> unexpected;
+};
+
+TEST(PgRestartTest, ACrashOfPostgresLosesNoAcknowledgedJobAndDelaydRecoversByItself) {
+  OwnPostgres pg;
+  const std::string dir = MakeTempDir("delayd-pg-restart-data");
+  DelaydServer server(dir + "/data", {"--store", pg.uri()});
+  Client reader(server.port());
+  const uint64_t ready_id = reader.Put("in memory");
+  Tally tally;
+  std::atomic<bool> stop{false};
+
+  std::vector<std::thread> load;
+  for (int t = 0; t < 3; ++t) {
+    load.emplace_back([&, t] {
+      Client c(server.port());
+      for (int i = 0; !stop; ++i) {
+        const std::string body = "b" + std::to_string(t) + "-" + std::to_string(i);
+        const std::string reply =
+            c.Cmd("put 0 3600 60 " + std::to_string(body.size()) + "\r\n" + body);
+        std::lock_guard lock(tally.mu);
+        if (reply.rfind("INSERTED ", 0) == 0) {
+          tally.acked[Number(reply)] = body;
+          ++tally.acked_count;
+        } else if (reply == "INTERNAL_ERROR\r\n") {
+          ++tally.errors["INTERNAL_ERROR"];
+        } else {
+          tally.unexpected.push_back(reply);
+        }
+      }
+    });
+  }
+  load.emplace_back([&] {
+    for (int i = 0; !stop; ++i) {
+      const std::string body = "\"h" + std::to_string(i) + "\"";
+      HttpReply r = HttpCall(server.http_port(), "POST", "/v1/topics/restart/jobs",
+                             json{{"delay", "1h"}, {"body", json::parse(body)}}.dump());
+      std::lock_guard lock(tally.mu);
+      if (r.status == 201) {
+        tally.acked[r.json()["id"].get<uint64_t>()] = body;
+        ++tally.acked_count;
+      } else if (r.status == 503 && r.json()["type"].get<std::string>().find(
+                                        "storage-unavailable") != std::string::npos) {
+        ++tally.errors["503 storage-unavailable"];
+      } else {
+        tally.unexpected.push_back(std::to_string(r.status) + " " + r.body);
+      }
+    }
+  });
+
+  auto wait_acked = [&](int n, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (tally.acked_count < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return tally.acked_count >= n;
+  };
+  ASSERT_TRUE(wait_acked(300, std::chrono::seconds(30))) << "no load before the restart";
+  const int before = tally.acked_count;
+  ASSERT_EQ(pg.Crash(), 0);
+  {
+    // Down: writes fail as documented; what is in memory is still read.
+    Client c(server.port());
+    EXPECT_EQ(c.Cmd("put 0 0 60 1\r\nx"), "INTERNAL_ERROR\r\n");
+    HttpReply r = HttpCall(server.http_port(), "POST", "/v1/topics/down/jobs",
+                           json{{"body", 1}}.dump());
+    EXPECT_EQ(r.status, 503) << r.body;
+    EXPECT_EQ(r.json().value("type", ""), "https://delayd.dev/problems/storage-unavailable");
+    EXPECT_EQ(reader.Cmd("peek " + std::to_string(ready_id)),
+              "FOUND " + std::to_string(ready_id) + " 9\r\nin memory\r\n");
+    EXPECT_EQ(reader.Cmd("stats").rfind("OK ", 0), 0u);
+  }
+  ASSERT_EQ(pg.Recover(), 0);
+  const int at_restart = tally.acked_count;
+  // Without restarting delayd, puts are acknowledged again.
+  const bool recovered = wait_acked(at_restart + 300, std::chrono::seconds(30));
+  stop = true;
+  for (auto& t : load) t.join();
+  ASSERT_TRUE(recovered) << "delayd did not recover from the restart within 30 s";
+
+  std::lock_guard lock(tally.mu);
+  EXPECT_TRUE(tally.unexpected.empty()) << tally.unexpected.front();
+  int refused = 0;
+  for (auto& [reply, n] : tally.errors) refused += n;
+  std::printf("acknowledged %d before the restart, %zu in all; refused while down:", before,
+              tally.acked.size());
+  for (auto& [reply, n] : tally.errors) std::printf(" %d x %s;", n, reply.c_str());
+  std::printf("\n");
+
+  // Every acknowledged job is there, byte for byte: in the running delayd,
+  // and in the database (after a restart of delayd, which reads it afresh).
+  auto check_all = [&](const char* when) {
+    Client c(server.port());
+    int missing = 0;
+    for (auto& [id, body] : tally.acked) {
+      // Reads come back once delayd has reconnected (with backoff) after the outage.
+      std::string reply = c.Cmd("peek " + std::to_string(id));
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (reply == "INTERNAL_ERROR\r\n" && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        reply = c.Cmd("peek " + std::to_string(id));
+      }
+      if (reply != "FOUND " + std::to_string(id) + " " + std::to_string(body.size()) + "\r\n" +
+                       body + "\r\n" &&
+          reply.find(body) == std::string::npos) {
+        if (++missing <= 5)
+          ADD_FAILURE() << when << ": job " << id << " (" << body << "): " << reply;
+      }
+    }
+    EXPECT_EQ(missing, 0) << when;
+  };
+  check_all("after the PostgreSQL restart");
+  server.Restart();
+  check_all("after a restart of delayd");
+}
+
+}  // namespace
+}  // namespace delayd::testing
