@@ -14,6 +14,9 @@ using store::TimerRecord;
 
 namespace {
 
+// How long after a failed load of timers (the store unreachable) the next is tried.
+constexpr int64_t kLoadRetryMs = 1000;
+
 // A name held by another timer: a conflict with the state of the server
 // (409), not a malformed request.
 Status NameTaken() { return Status::ConflictField("name", "is taken by another timer"); }
@@ -112,7 +115,7 @@ Result<std::vector<int64_t>> TimerService::Preview(const TimerSpec& spec, int64_
 
 void TimerService::Load(int64_t now_ms) {
   const int64_t until = now_ms + options_.horizon_ms;
-  if (until <= loaded_until_ms_) return;
+  if (until <= loaded_until_ms_ || now_ms < load_retry_ms_) return;
   // Pages on (next fire, id) from the old window's end.
   int64_t from_ms = loaded_until_ms_ - 1;
   uint64_t after_id = static_cast<uint64_t>(INT64_MAX);
@@ -120,8 +123,13 @@ void TimerService::Load(int64_t now_ms) {
   for (;;) {
     auto page = store_.TimersDue(from_ms, after_id, until, options_.load_chunk);
     if (!page.ok()) {
-      spdlog::error("timers: loading: {}", page.status().ToString());
-      return;  // tried again at the next tick
+      if (!load_failing_) {
+        spdlog::error("timers: loading: {}; retrying every {} ms", page.status().ToString(),
+                      kLoadRetryMs);
+      }
+      load_failing_ = true;
+      load_retry_ms_ = now_ms + kLoadRetryMs;
+      return;
     }
     for (const TimerRecord& r : *page) {
       from_ms = r.next_fire_ms;
@@ -145,6 +153,8 @@ void TimerService::Load(int64_t now_ms) {
     if (page->size() < options_.load_chunk) break;
   }
   loaded_until_ms_ = until;
+  if (load_failing_) spdlog::info("timers: loading again");
+  load_failing_ = false;
 }
 
 void TimerService::Hold(const TimerRecord& record, std::shared_ptr<const Compiled> compiled,
@@ -189,7 +199,8 @@ void TimerService::Queue(Loaded& t, int64_t at_ms) {
 }
 
 void TimerService::ArmWake(bool force) {
-  int64_t at = loaded_until_ms_ - options_.horizon_ms + 1000;  // the next window step
+  // The next window step, or the retry of a failed load.
+  int64_t at = std::max(loaded_until_ms_ - options_.horizon_ms + 1000, load_retry_ms_);
   if (!due_.empty()) at = std::min(at, due_.begin()->first);
   if (force || armed_ms_ < 0 || at != armed_ms_) {
     armed_ms_ = at;

@@ -144,6 +144,10 @@ class TimerService {
   size_t subscription_ = 0;                     // to the engine's events
   std::set<std::pair<int64_t, uint64_t>> due_;  // (process_at_ms, id), not in flight
   int64_t loaded_until_ms_ = 0;                 // every timer firing before this is in memory
+  // After a failed load (the store unreachable), the next is tried no sooner
+  // than this wall time, and the failure is logged once until a load succeeds.
+  int64_t load_retry_ms_ = 0;
+  bool load_failing_ = false;
   int64_t armed_ms_ = -1;
   uint64_t generation_ = 0;
 };

@@ -258,6 +258,22 @@ TEST_F(TimerServiceTest, FarTimersStayInTheStoreUntilTheirTimeNears) {
   EXPECT_EQ(timers_->loaded(), 0u);
 }
 
+TEST_F(TimerServiceTest, AFailedLoadIsRetriedASecondLaterNotAtOnce) {
+  TimerInfo soon = Create("soon", Spec("30 0 0 * * *"));  // 00:00:30, within the horizon
+  flaky_->reads_failing = true;
+  // The window moves on a second: a load is due, and fails.
+  clock_.AdvanceMillis(1000);
+  timers_->Tick();
+  const int64_t now = clock_.WallMillis();
+  EXPECT_GE(wake_ms_, now + 1000) << "a failed load must not ask to be woken at once";
+  // Ticks before the retry time do not read (nor log) again; fires in memory go on.
+  clock_.AdvanceMillis(500);
+  timers_->Tick();
+  flaky_->reads_failing = false;
+  Run(30'000, 500);
+  EXPECT_EQ(JobFireTimes(soon.record.id), std::vector<int64_t>{kStartMs + 30'000});
+}
+
 TEST_F(TimerServiceTest, BadDefinitionsNameTheirField) {
   auto field = [&](const std::string& name, TimerSpec spec) {
     std::optional<Result<TimerInfo>> out;

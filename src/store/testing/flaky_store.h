@@ -13,7 +13,8 @@
 namespace delayd::store::testing {
 
 // Forwards to a real store, but fails every submission while `failing` is set,
-// as a full disk would (the mutation is not applied).
+// as a full disk would (the mutation is not applied), and the timer loader's
+// reads while `reads_failing` is set, as an unreachable database would.
 class FlakyStore final : public Store {
  public:
   explicit FlakyStore(Store& real, Executor post) : real_(real), post_(std::move(post)) {}
@@ -51,6 +52,7 @@ class FlakyStore final : public Store {
     return real_.ListTimers(a, l);
   }
   Result<std::vector<TimerRecord>> TimersDue(int64_t f, uint64_t a, int64_t b, size_t l) override {
+    if (reads_failing) return Status::IoError("injected read failure");
     return real_.TimersDue(f, a, b, l);
   }
   Result<uint64_t> NextTimerId() override { return real_.NextTimerId(); }
@@ -60,6 +62,7 @@ class FlakyStore final : public Store {
   StoreStats stats() const override { return real_.stats(); }
   void Close() override { real_.Close(); }
   bool failing = false;
+  bool reads_failing = false;
   // Submissions forwarded and not yet answered.
   size_t pending() const { return pending_; }
 
