@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/testing/loopback_socket.h"
 #include "store/testing/posted_work.h"
 
 namespace delayd::delivery {
@@ -193,15 +194,9 @@ TEST_F(HttpClientTest, ATargetThatDoesNotAnswerTimesOut) {
 TEST_F(HttpClientTest, ARefusedConnectionAndThePolicyAreErrorsWithoutAStatus) {
   // A port bound but not listening refuses connections, and stays ours, so
   // no other test's server can take it meanwhile (a closed one could be).
-  const int bound = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(bound, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(bound, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(getsockname(bound, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int port = ntohs(addr.sin_port);
+  delayd::testing::LoopbackSocket bound;
+  const int port = bound.port();
+  ASSERT_NE(port, 0);
   HttpClient client(work_.executor());
   OutRequest req;
   req.url = "http://127.0.0.1:" + std::to_string(port) + "/hook";
@@ -218,7 +213,6 @@ TEST_F(HttpClientTest, ARefusedConnectionAndThePolicyAreErrorsWithoutAStatus) {
   r = Send(guarded, req);
   guarded.Stop();
   client.Stop();
-  close(bound);
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.error.rfind("refused by the target policy", 0), 0u) << r.error;
   EXPECT_EQ(server.connections(), 0) << "no connection was opened";

@@ -313,7 +313,7 @@ void Engine::WriteDone(Job* j) {
   Tube* t = j->tube;
   if (j->state == JobState::kDeleting) {
     --t->jobs;
-    jobs_.erase(j->id);
+    Forget(j);
     MaybeDropTube(t);
   } else if (j->state == JobState::kDelayed && store::DueMinute(j->due_ms) > loaded_minute_) {
     // Due beyond the loaded horizon: the store keeps it; the loader brings it
@@ -321,8 +321,13 @@ void Engine::WriteDone(Job* j) {
     Detach(j);
     --t->jobs;
     ++t->far_delayed;
-    jobs_.erase(j->id);
+    Forget(j);
   }
+}
+
+void Engine::Forget(Job* j) {
+  if (loading_) left_while_loading_.insert(j->id);
+  jobs_.erase(j->id);
 }
 
 }  // namespace delayd::engine

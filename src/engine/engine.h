@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -225,6 +226,10 @@ class Engine {
   void Fire(EngineTimer* t);
   void ScheduleLoader();
   void LoadStep();
+  void Loaded(Result<std::vector<store::JobRecord>> rows);
+  // Drops a job from memory (deleted, or its next due time is beyond the
+  // loaded horizon).
+  void Forget(Job* j);
   int64_t loaded_horizon_ms() const;
 
   // Tubes.
@@ -335,6 +340,12 @@ class Engine {
   uint64_t load_cursor_ = 0;  // last id read of loaded_minute_
   bool load_done_ = true;     // loaded_minute_ fully read
   EngineTimer loader_timer_;
+  // A read of the loader is in flight (the store answers it later, from a
+  // thread of its own). Jobs that leave memory meanwhile are noted: the
+  // read may have seen their rows from before, and must not bring them back.
+  bool loading_ = false;
+  std::unordered_set<uint64_t> left_while_loading_;
+  bool load_failing_ = false;  // the last read failed (logged once until one succeeds)
 };
 
 }  // namespace delayd::engine

@@ -71,25 +71,43 @@ void Engine::ScheduleLoader() {
   Schedule(loader_timer_, TickAtWall(next_start_ms - options_.horizon_ms));
 }
 
+// The loader's read goes to the store without waiting (on PostgreSQL it is
+// answered from a thread of its own); Loaded takes the rows, and schedules
+// the next step.
 void Engine::LoadStep() {
+  if (loading_) return;
   if (load_done_) {
     ++loaded_minute_;
     load_cursor_ = 0;
     load_done_ = false;
   }
-  auto rows = store_.LoadMinute(loaded_minute_, load_cursor_, options_.load_chunk);
+  loading_ = true;
+  store_.LoadMinuteAsync(loaded_minute_, load_cursor_, options_.load_chunk,
+                         [this](Result<std::vector<JobRecord>> rows) { Loaded(std::move(rows)); });
+}
+
+void Engine::Loaded(Result<std::vector<JobRecord>> rows) {
+  loading_ = false;
+  std::unordered_set<uint64_t> left;
+  left.swap(left_while_loading_);
   if (!rows.ok()) {
-    spdlog::error("loader: reading minute {}: {}; retrying in 1 s", loaded_minute_,
-                  rows.status().ToString());
+    if (!load_failing_) {
+      spdlog::error("loader: reading minute {}: {}; retrying every second", loaded_minute_,
+                    rows.status().ToString());
+    }
+    load_failing_ = true;
     Schedule(loader_timer_, NowTick() + 1000);
     return;
   }
+  if (load_failing_) spdlog::info("loader: reading minute {} again", loaded_minute_);
+  load_failing_ = false;
   const int64_t now_ms = clock_.WallMillis();
   for (const JobRecord& r : rows.value()) {
     load_cursor_ = r.id;
     // In memory already: pinned by a write, or taken out of the store's
-    // hands by a kick, reserve-job or delete.
-    if (jobs_.count(r.id)) continue;
+    // hands by a kick, reserve-job or delete. Or it was, and has left memory
+    // since the store read this row: the row is out of date.
+    if (jobs_.count(r.id) || left.count(r.id)) continue;
     Job* j = MaterializeFar(r);
     if (j->due_ms <= now_ms) {
       MakeReady(j);

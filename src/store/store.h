@@ -188,6 +188,15 @@ class Store {
   // Delayed jobs of one due minute with id > after_id, in id order.
   virtual Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
                                                     size_t limit) = 0;
+  // LoadMinute without waiting for it: the horizon loader's read. A store
+  // that reads on a thread of its own (PostgreSQL) answers `done` later,
+  // through the completion executor; by default the read is made at once
+  // and `done` runs before this returns (an embedded database answers in
+  // microseconds).
+  using RowsDone = std::function<void(Result<std::vector<JobRecord>>)>;
+  virtual void LoadMinuteAsync(int64_t minute, uint64_t after_id, size_t limit, RowsDone done) {
+    done(LoadMinute(minute, after_id, limit));
+  }
   // Delayed jobs of `tube` due after `after_minute`, earliest first.
   virtual Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
                                                     size_t limit) = 0;

@@ -131,6 +131,30 @@ TEST_P(StoreTest, RecoverySplitsNearJobsFromFarCounts) {
   EXPECT_EQ((*far)[0].id, 3u);
 }
 
+// The loader's read without waiting: the same rows as LoadMinute, answered
+// through the executor (PostgreSQL: from a thread of its own) or at once.
+TEST_P(StoreTest, LoadMinuteAsyncAnswersTheRowsOfLoadMinute) {
+  const int64_t minute = 500;
+  std::vector<Mutation> ms;
+  for (uint64_t id = 1; id <= 5; ++id) {
+    ms.push_back(
+        Mutation::Insert(Job(id, StoredState::kDelayed, (minute + id % 2) * kMillisPerMinute)));
+  }
+  Apply(std::move(ms));
+  std::atomic<int> done{0};
+  Result<std::vector<JobRecord>> rows = Status::Internal("not answered");
+  store_->LoadMinuteAsync(minute, 1, 10, [&](Result<std::vector<JobRecord>> r) {
+    rows = std::move(r);
+    ++done;
+  });
+  inbox_.RunUntil(done, 1);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  std::vector<uint64_t> ids;
+  for (const JobRecord& j : *rows) ids.push_back(j.id);
+  EXPECT_EQ(ids, (std::vector<uint64_t>{2, 4}));  // minute 500, after id 1, in id order
+  EXPECT_EQ((*rows)[0].body, "body-2");
+}
+
 TEST_P(StoreTest, IdsNeverRepeatAfterNewestJobIsDeleted) {
   Apply({Mutation::Insert(Job(41, StoredState::kReady, 0))});
   Apply({Mutation::Delete(41)});

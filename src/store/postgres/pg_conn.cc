@@ -2,6 +2,7 @@
 
 #include <endian.h>
 
+#include <cstdlib>
 #include <cstring>
 
 namespace delayd::store::pg {
@@ -16,18 +17,70 @@ std::string Trimmed(const char* message) {
   return m;
 }
 
+void AppendBigEndian32(std::string& out, uint32_t v) {
+  const uint32_t be = htobe32(v);
+  out.append(reinterpret_cast<const char*>(&be), 4);
+}
+
+void AppendBigEndian64(std::string& out, uint64_t v) {
+  const uint64_t be = htobe64(v);
+  out.append(reinterpret_cast<const char*>(&be), 8);
+}
+
+// Connection settings delayd gives unless the connection string or the
+// environment (libpq's PGCONNECT_TIMEOUT, ...) gives its own.
+struct TimeoutDefault {
+  const char* keyword;
+  const char* env;
+  const char* value;
+};
+constexpr TimeoutDefault kTimeoutDefaults[] = {
+    {"connect_timeout", "PGCONNECT_TIMEOUT", "5"},      // seconds
+    {"tcp_user_timeout", "PGTCPUSERTIMEOUT", "10000"},  // ms unacknowledged
+    {"keepalives_idle", nullptr, "10"},                 // an idle connection probed after 10 s,
+    {"keepalives_interval", nullptr, "3"},              // every 3 s,
+    {"keepalives_count", nullptr, "3"},                 // and dropped after 3 unanswered
+};
+
 }  // namespace
 
-Params& Params::Int(int64_t v) {
-  auto buf = std::make_unique<char[]>(8);
-  const uint64_t be = htobe64(static_cast<uint64_t>(v));
-  std::memcpy(buf.get(), &be, 8);
-  values_.push_back(buf.get());
-  lengths_.push_back(8);
-  formats_.push_back(kBinary);
-  ints_.push_back(std::move(buf));
-  return *this;
+void ArrayParam::Int(int64_t v) {
+  AppendBigEndian32(elements_, 8);
+  AppendBigEndian64(elements_, static_cast<uint64_t>(v));
+  ++count_;
 }
+
+void ArrayParam::Bytes(std::string_view v) {
+  AppendBigEndian32(elements_, static_cast<uint32_t>(v.size()));
+  elements_.append(v);
+  ++count_;
+}
+
+void ArrayParam::Null() {
+  AppendBigEndian32(elements_, static_cast<uint32_t>(-1));
+  has_null_ = true;
+  ++count_;
+}
+
+std::string ArrayParam::Encode() const {
+  std::string out;
+  out.reserve(20 + elements_.size());
+  AppendBigEndian32(out, 1);  // dimensions
+  AppendBigEndian32(out, has_null_ ? 1 : 0);
+  AppendBigEndian32(out, element_);
+  AppendBigEndian32(out, static_cast<uint32_t>(count_));  // length of the dimension
+  AppendBigEndian32(out, 1);                              // its lower bound
+  out += elements_;
+  return out;
+}
+
+Params& Params::Int(int64_t v) {
+  std::string& buf = owned_.emplace_back();
+  AppendBigEndian64(buf, static_cast<uint64_t>(v));
+  return Bytes(buf);
+}
+
+Params& Params::Array(const ArrayParam& a) { return Bytes(owned_.emplace_back(a.Encode())); }
 
 Params& Params::Bytes(std::string_view v) {
   // A zero-length value must still be non-NULL.
@@ -78,7 +131,20 @@ std::string GetBytes(const PGresult* r, int row, int col) {
 PgConn::~PgConn() { PQfinish(conn_); }
 
 Result<std::unique_ptr<PgConn>> PgConn::Connect(const std::string& conninfo) {
-  PGconn* conn = PQconnectdb(conninfo.c_str());
+  // Keywords apply in order, the last of a repeated one winning: the
+  // defaults first, then the caller's string (expanded from "dbname").
+  std::vector<const char*> keywords;
+  std::vector<const char*> values;
+  for (const TimeoutDefault& d : kTimeoutDefaults) {
+    if (d.env != nullptr && std::getenv(d.env) != nullptr) continue;
+    keywords.push_back(d.keyword);
+    values.push_back(d.value);
+  }
+  keywords.push_back("dbname");
+  values.push_back(conninfo.c_str());
+  keywords.push_back(nullptr);
+  values.push_back(nullptr);
+  PGconn* conn = PQconnectdbParams(keywords.data(), values.data(), /*expand_dbname=*/1);
   if (conn == nullptr) return Status::IoError("postgres: out of memory");
   if (PQstatus(conn) != CONNECTION_OK) {
     Status s = Status::IoError("postgres: cannot connect: " + Trimmed(PQerrorMessage(conn)));
@@ -138,13 +204,19 @@ Result<PgResult> PgConn::Run(const char* name, const Params& p) {
   return r;
 }
 
-Status PgConn::EnterPipeline() {
-  if (PQenterPipelineMode(conn_) != 1) return Error(nullptr, "enter pipeline");
-  return Status::Ok();
+Result<PgResult> PgConn::Query(const std::string& sql, const Params& p,
+                               const std::vector<Oid>& types) {
+  PgResult r(PQexecParams(conn_, sql.c_str(), p.size(), types.empty() ? nullptr : types.data(),
+                          p.values(), p.lengths(), p.formats(), kBinary));
+  const ExecStatusType st = r ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
+  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+    return Error(r.get(), sql.substr(0, 40).c_str());
+  }
+  return r;
 }
 
-Status PgConn::ExitPipeline() {
-  if (PQexitPipelineMode(conn_) != 1) return Error(nullptr, "exit pipeline");
+Status PgConn::EnterPipeline() {
+  if (PQenterPipelineMode(conn_) != 1) return Error(nullptr, "enter pipeline");
   return Status::Ok();
 }
 
@@ -193,25 +265,6 @@ Status PgConn::Next(uint64_t* changed) {
   }
   if (!got && s.ok()) return Error(nullptr, "no result");
   return s;
-}
-
-Status PgConn::DrainToSync() {
-  Status first;
-  for (;;) {
-    PGresult* raw = PQgetResult(conn_);
-    if (raw == nullptr) {
-      // Between two statements' results; a broken connection ends here too.
-      if (!ok()) return first.ok() ? Error(nullptr, "connection") : first;
-      continue;
-    }
-    PgResult r(raw);
-    const ExecStatusType st = PQresultStatus(raw);
-    if (st == PGRES_PIPELINE_SYNC) return first;
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_PIPELINE_ABORTED &&
-        first.ok()) {
-      first = Error(raw, "statement");
-    }
-  }
 }
 
 }  // namespace delayd::store::pg

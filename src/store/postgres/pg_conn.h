@@ -10,6 +10,7 @@
 #include <libpq-fe.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,21 +24,53 @@ namespace delayd::store::pg {
 inline constexpr Oid kInt8 = 20;
 inline constexpr Oid kText = 25;
 inline constexpr Oid kBytea = 17;
+inline constexpr Oid kInt8Array = 1016;
+inline constexpr Oid kTextArray = 1009;
+inline constexpr Oid kByteaArray = 1001;
 
 struct ResultDeleter {
   void operator()(PGresult* r) const { PQclear(r); }
 };
 using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
 
+// A one-dimensional array parameter (int8[], text[] or bytea[]) in the
+// binary format of array_send: a header, then each element as its length
+// and bytes (-1 for NULL). The element adders match Params' own, so one
+// function can fill either (PgStore's JobFields).
+class ArrayParam {
+ public:
+  explicit ArrayParam(Oid element) : element_(element) {}
+  void Int(int64_t v);
+  void Bytes(std::string_view v);
+  void OptionalBytes(std::string_view v) { v.empty() ? Null() : Bytes(v); }
+  void Null();
+  size_t size() const { return count_; }
+  // The encoded array, header first.
+  std::string Encode() const;
+
+ private:
+  Oid element_;
+  bool has_null_ = false;
+  size_t count_ = 0;
+  std::string elements_;
+};
+
 // The parameters of one statement. Text and bytes are not copied: they must
-// outlive the call that sends them.
+// outlive the call that sends them. Integers and arrays are kept here.
 class Params {
  public:
+  Params() = default;
+  Params(Params&&) = default;
+  Params& operator=(Params&&) = default;
+  Params(const Params&) = delete;  // values_ points into owned_
+  Params& operator=(const Params&) = delete;
+
   Params& Int(int64_t v);
   Params& Bytes(std::string_view v);  // text or bytea
   // Bytes, or NULL when empty: "none" in an optional column.
   Params& OptionalBytes(std::string_view v);
   Params& Null();
+  Params& Array(const ArrayParam& a);
 
   int size() const { return static_cast<int>(values_.size()); }
   const char* const* values() const { return values_.data(); }
@@ -48,7 +81,7 @@ class Params {
   std::vector<const char*> values_;
   std::vector<int> lengths_;
   std::vector<int> formats_;
-  std::vector<std::unique_ptr<char[]>> ints_;  // the big-endian integers
+  std::deque<std::string> owned_;  // encoded integers and arrays; a deque never moves them
 };
 
 // Reading a binary-format result.
@@ -59,7 +92,11 @@ class PgConn {
  public:
   ~PgConn();
   // Connects with a libpq connection string or URI. A connection that cannot
-  // be made is kIoError, with libpq's reason.
+  // be made is kIoError, with libpq's reason. Unless the string or the
+  // environment says otherwise, connecting gives up after 5 s and a server
+  // that stops acknowledging what was sent is given up after 10 s
+  // (kTimeoutDefaults), so that no call waits on a vanished server for
+  // TCP's quarter of an hour.
   static Result<std::unique_ptr<PgConn>> Connect(const std::string& conninfo);
 
   PGconn* get() { return conn_; }
@@ -74,11 +111,15 @@ class PgConn {
   Status Prepare(const char* name, const std::string& sql, const std::vector<Oid>& types);
   // Runs prepared statement `name` and returns its result (rows or not).
   Result<PgResult> Run(const char* name, const Params& p);
+  // Runs `sql` unprepared (parameter types from `types`, or inferred when it
+  // is empty) and returns its result, binary like Run's.
+  Result<PgResult> Query(const std::string& sql, const Params& p = {},
+                         const std::vector<Oid>& types = {});
 
   // A pipeline: Send queues a prepared statement without waiting; Sync
-  // marks the end of a group, Next reads the next result in order.
+  // marks the end of a group, Next reads the next result in order (the
+  // sync's own result is read by the caller).
   Status EnterPipeline();
-  Status ExitPipeline();
   Status Send(const char* name, const Params& p);
   Status SendSql(const char* sql);  // a statement without parameters
   Status Sync();
@@ -86,8 +127,6 @@ class PgConn {
   // changed in `changed` (INSERT/UPDATE/DELETE). After a failure, the
   // statements that follow up to the next Sync come back as aborted.
   Status Next(uint64_t* changed = nullptr);
-  // Reads the results up to and including the next Sync's.
-  Status DrainToSync();
 
   // The failure of the last call on this connection as a Status: a unique
   // violation is kConflict, a full disk kNoSpace, anything else (a lost

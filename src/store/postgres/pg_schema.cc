@@ -100,10 +100,10 @@ uint64_t Fnv1a(std::string_view a, std::string_view b) {
 
 // The one-row result of `sql` as an integer; `fallback` when it has no row.
 Result<int64_t> Scalar(PgConn& conn, const char* sql, int64_t fallback) {
-  PgResult r(PQexecParams(conn.get(), sql, 0, nullptr, nullptr, nullptr, nullptr, 1));
-  if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) return conn.Error(r.get(), sql);
-  if (PQntuples(r.get()) == 0 || PQgetisnull(r.get(), 0, 0)) return fallback;
-  return GetInt(r.get(), 0, 0);
+  auto r = conn.Query(sql);
+  if (!r.ok()) return r.status();
+  if (PQntuples(r->get()) == 0 || PQgetisnull(r->get(), 0, 0)) return fallback;
+  return GetInt(r->get(), 0, 0);
 }
 
 // Any number that is this schema's own: the advisory lock's key.

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -32,6 +34,12 @@ constexpr const char* kJobColumns =
 constexpr const char* kTimerColumns =
     "id, name, definition, next_fire_ms, last_fire_ms, created_ms";
 
+// The parameter types of a job row (JobFields).
+constexpr Oid kJobTypes[] = {kInt8, kInt8,  kText,  kInt8,  kInt8,  kInt8, kInt8, kInt8,
+                             kInt8, kInt8,  kInt8,  kInt8,  kInt8,  kInt8, kInt8, kInt8,
+                             kInt8, kBytea, kBytea, kBytea, kBytea, kBytea};
+// Rows per "insert" statement at most.
+constexpr size_t kInsertRows = 1024;
 // Done jobs removed per purge statement, so a purge never holds the writer long.
 constexpr int64_t kPurgeChunk = 20'000;
 // Statements a pipeline holds before the writer reads their results, so that
@@ -50,21 +58,26 @@ std::string Select(const char* columns, const char* rest) {
 
 // Every statement, prepared on each connection (each uses its own few).
 std::vector<Statement> Statements() {
-  const std::vector<Oid> job_types = {kInt8, kInt8,  kText,  kInt8,  kInt8,  kInt8, kInt8, kInt8,
-                                      kInt8, kInt8,  kInt8,  kInt8,  kInt8,  kInt8, kInt8, kInt8,
-                                      kInt8, kBytea, kBytea, kBytea, kBytea, kBytea};
+  const std::vector<Oid> job_types(std::begin(kJobTypes), std::end(kJobTypes));
+  std::vector<Oid> job_array_types;
+  for (Oid t : kJobTypes) {
+    job_array_types.push_back(t == kInt8   ? pg::kInt8Array
+                              : t == kText ? pg::kTextArray
+                                           : pg::kByteaArray);
+  }
   const char* update_set =
       "pri=$4, state=$5, due_ms=$6, due_min=$7, delay_ms=$8, ttr_ms=$9, done_ms=$11, "
       "reserves=$13, timeouts=$14, releases=$15, buries=$16, kicks=$17, "
       "attempt_log=$20, last_error=$21";
   return {
+      // Many rows, each parameter an array of one column (Columns).
       {"insert",
        "INSERT INTO jobs (shard, id, tube, pri, state, due_ms, due_min, delay_ms, ttr_ms, "
        "created_ms, done_ms, run_at_ms, reserves, timeouts, releases, buries, kicks, key, spec, "
-       "attempt_log, last_error, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, "
-       "$13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
-       job_types},
-      // Every field but body, key and spec (the parameters of insert, some unused).
+       "attempt_log, last_error, body) SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, "
+       "$10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+       job_array_types},
+      // Every field but body, key and spec (JobFields, some unused).
       {"update", fmt::format("UPDATE jobs SET {} WHERE id=$2", update_set), job_types},
       {"replace",
        fmt::format("UPDATE jobs SET {}, shard=$1, tube=$3, run_at_ms=$12, key=$18, spec=$19, "
@@ -156,37 +169,73 @@ std::vector<Statement> Statements() {
   };
 }
 
-// The parameters of "insert", "update" and "replace" (job_types above).
+// The fields of a job row in the order of the parameters of "update" and
+// "replace" (job_types above) and of the columns of "insert": into Params
+// for one row, or into Columns for many.
+template <typename Sink>
+void JobFields(const JobRecord& j, int shard, Sink& out) {
+  out.Int(shard);
+  out.Int(static_cast<int64_t>(j.id));
+  out.Bytes(j.tube);
+  out.Int(j.priority);
+  out.Int(static_cast<int64_t>(j.state));
+  out.Int(j.due_ms);
+  out.Int(DueMinute(j.due_ms));
+  out.Int(j.delay_ms);
+  out.Int(j.ttr_ms);
+  out.Int(j.created_ms);
+  if (j.state == StoredState::kDone) {
+    out.Int(j.done_ms);
+  } else {
+    out.Null();
+  }
+  out.Int(j.run_at_ms);
+  out.Int(j.counters.reserves);
+  out.Int(j.counters.timeouts);
+  out.Int(j.counters.releases);
+  out.Int(j.counters.buries);
+  out.Int(j.counters.kicks);
+  out.OptionalBytes(j.key);
+  out.OptionalBytes(j.spec);
+  out.OptionalBytes(j.attempt_log);
+  out.OptionalBytes(j.last_error);
+  out.Bytes(j.body);
+}
+
 Params JobParams(const JobRecord& j, int shard) {
   Params p;
-  p.Int(shard)
-      .Int(static_cast<int64_t>(j.id))
-      .Bytes(j.tube)
-      .Int(j.priority)
-      .Int(static_cast<int64_t>(j.state))
-      .Int(j.due_ms)
-      .Int(DueMinute(j.due_ms))
-      .Int(j.delay_ms)
-      .Int(j.ttr_ms)
-      .Int(j.created_ms);
-  if (j.state == StoredState::kDone) {
-    p.Int(j.done_ms);
-  } else {
-    p.Null();
-  }
-  p.Int(j.run_at_ms)
-      .Int(j.counters.reserves)
-      .Int(j.counters.timeouts)
-      .Int(j.counters.releases)
-      .Int(j.counters.buries)
-      .Int(j.counters.kicks)
-      .OptionalBytes(j.key)
-      .OptionalBytes(j.spec)
-      .OptionalBytes(j.attempt_log)
-      .OptionalBytes(j.last_error)
-      .Bytes(j.body);
+  JobFields(j, shard, p);
   return p;
 }
+
+// Many job rows as one array per column, for "insert" (one statement for
+// many rows costs the server far less than one statement per row).
+class Columns {
+ public:
+  Columns() {
+    for (Oid type : kJobTypes) columns_.emplace_back(type);
+  }
+  void Add(const JobRecord& j, int shard) {
+    next_ = 0;
+    JobFields(j, shard, *this);
+  }
+  size_t rows() const { return columns_.front().size(); }
+  Params ToParams() const {
+    Params p;
+    for (const pg::ArrayParam& c : columns_) p.Array(c);
+    return p;
+  }
+
+  // The sink JobFields fills, a column at a time.
+  void Int(int64_t v) { columns_[next_++].Int(v); }
+  void Bytes(std::string_view v) { columns_[next_++].Bytes(v); }
+  void OptionalBytes(std::string_view v) { columns_[next_++].OptionalBytes(v); }
+  void Null() { columns_[next_++].Null(); }
+
+ private:
+  std::vector<pg::ArrayParam> columns_;
+  size_t next_ = 0;
+};
 
 JobRecord ReadJob(const PGresult* r, int row) {
   using pg::GetBytes;
@@ -310,18 +359,28 @@ class PgStore::Link {
 };
 
 // The statements of one batch in a pipeline: results are read at each
-// Flush (and every kPipelineDepth statements), in order.
+// Flush (and every kPipelineDepth statements), in order. Consecutive
+// inserts become one statement of up to kInsertRows rows.
 class PgStore::Batcher {
  public:
   explicit Batcher(PgConn& conn) : conn_(conn) {}
 
+  // Queues a job row to insert.
+  void Insert(const JobRecord& j, int shard) {
+    if (!status_.ok()) return;
+    if (!inserts_) inserts_.emplace();
+    inserts_->Add(j, shard);
+    if (inserts_->rows() >= kInsertRows) SendInserts();
+  }
   // Queues a statement; `must_change`: changing no row is a conflict.
   void Send(const char* name, const Params& p, bool must_change = false) {
+    SendInserts();
     if (!status_.ok()) return;
     Status s = conn_.Send(name, p);
     Track(s, name, must_change);
   }
   void Sql(const char* sql) {
+    SendInserts();
     if (!status_.ok()) return;
     Track(conn_.SendSql(sql), sql, false);
   }
@@ -332,6 +391,7 @@ class PgStore::Batcher {
   }
   // Reads every result sent: the first failure since the last Flush.
   Status Flush() {
+    SendInserts();
     Status first = status_;
     status_ = Status::Ok();
     if (sent_.empty()) return first;
@@ -355,6 +415,13 @@ class PgStore::Batcher {
     bool must_change;
   };
 
+  void SendInserts() {
+    if (!inserts_) return;
+    Params p = inserts_->ToParams();
+    inserts_.reset();
+    if (!status_.ok()) return;
+    Track(conn_.Send("insert", p), "insert", false);
+  }
   void Track(Status s, const char* what, bool must_change) {
     if (!s.ok()) {
       status_ = s;
@@ -375,6 +442,7 @@ class PgStore::Batcher {
   }
 
   PgConn& conn_;
+  std::optional<Columns> inserts_;  // rows not sent yet
   std::vector<Sent> sent_;
   Status status_;
 };
@@ -384,6 +452,8 @@ PgStore::PgStore(PgOptions options, Executor executor)
       writer_(std::make_unique<Link>(options_.conninfo, "writer", true)),
       syncer_(std::make_unique<Link>(options_.conninfo, "syncer", false)),
       reader_(std::make_unique<Link>(options_.conninfo, "reader", false)),
+      loader_(std::make_unique<Link>(options_.conninfo, "loader", false)),
+      executor_(executor),
       queue_(*this, {.max_batch = options_.max_batch, .sync_delay_ms = options_.sync_delay_ms},
              std::move(executor)) {}
 
@@ -409,7 +479,8 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
     Status s = pg::Migrate(**migrator, store->options_.shards, &store->shards_);
     if (!s.ok()) return s;
   }
-  for (Link* link : {store->writer_.get(), store->syncer_.get(), store->reader_.get()}) {
+  for (Link* link :
+       {store->writer_.get(), store->syncer_.get(), store->reader_.get(), store->loader_.get()}) {
     auto c = link->Get();
     if (!c.ok()) return c.status();
   }
@@ -418,12 +489,57 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
   store->commit_seq_ = PQntuples(seq->get()) ? pg::GetInt(seq->get(), 0, 0) : 0;
   store->writer_connects_ = store->synced_writer_connects_ = store->writer_->connects();
   store->queue_.Start();
+  store->load_thread_ = std::thread([s = store.get()] { s->LoadLoop(); });
   return store;
 }
 
 PgStore::~PgStore() { Close(); }
 
-void PgStore::Close() { queue_.Close(); }
+// The loader's reads still queued are made, and answered, before it stops.
+void PgStore::Close() {
+  queue_.Close();
+  {
+    std::lock_guard lock(load_mu_);
+    load_stop_ = true;
+  }
+  load_cv_.notify_all();
+  if (load_thread_.joinable()) load_thread_.join();
+}
+
+void PgStore::LoadLoop() {
+  for (;;) {
+    std::function<void()> work;
+    {
+      std::unique_lock lock(load_mu_);
+      load_cv_.wait(lock, [&] { return load_stop_ || !loads_.empty(); });
+      if (loads_.empty()) return;
+      work = std::move(loads_.front());
+      loads_.pop_front();
+    }
+    work();
+  }
+}
+
+void PgStore::LoadMinuteAsync(int64_t minute, uint64_t after_id, size_t limit, RowsDone done) {
+  std::lock_guard lock(load_mu_);
+  if (load_stop_) {
+    executor_([done = std::move(done)] { done(Status::IoError("postgres: store closed")); });
+    return;
+  }
+  loads_.push_back([this, minute, after_id, limit, done = std::move(done)]() mutable {
+    auto rows = Rows(Read(*loader_,
+                          [&](PgConn& c) {
+                            return c.Run("load_minute", Params()
+                                                            .Int(minute)
+                                                            .Int(static_cast<int64_t>(after_id))
+                                                            .Int(static_cast<int64_t>(limit)));
+                          }),
+                     ReadJob);
+    executor_(
+        [done = std::move(done), rows = std::move(rows)]() mutable { done(std::move(rows)); });
+  });
+  load_cv_.notify_one();
+}
 
 StoreStats PgStore::stats() const { return queue_.stats(); }
 
@@ -472,68 +588,66 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   Batcher b(conn);
   uint64_t max_id = 0;
   auto apply = [&](const Mutation& m) {
-    std::visit(
-        Overloaded{
-            [&](const change::InsertJob& x) {
-              b.Send("insert",
-                     JobParams(x.job, pg::JobShard(x.job.id, x.job.tube, x.job.key, shards_)));
-              max_id = std::max(max_id, x.job.id);
-            },
-            [&](const change::ReplaceJob& x) {
-              b.Send("replace",
-                     JobParams(x.job, pg::JobShard(x.job.id, x.job.tube, x.job.key, shards_)));
-            },
-            [&](const change::UpdateJob& x) { b.Send("update", JobParams(x.job, 0)); },
-            [&](const change::DeleteJob& x) {
-              b.Send("delete", Params().Int(static_cast<int64_t>(x.id)));
-            },
-            [&](const change::PauseTube& x) {
-              b.Send("pause", Params().Bytes(x.tube).Int(x.pause_ms).Int(x.unpause_ms));
-            },
-            [&](const change::SetTopicSettings& x) {
-              b.Send("settings", Params().Bytes(x.tube).OptionalBytes(x.settings));
-            },
-            [&](const change::PurgeDone& x) { b.Send("purge", Params().Int(x.before_ms)); },
-            [&](const change::PutTimer& x) {
-              const TimerRecord& t = x.timer;
-              const int64_t id = static_cast<int64_t>(t.id);
-              b.Send("timer_put", Params()
-                                      .Int(pg::TimerShard(t.id, shards_))
-                                      .Int(id)
-                                      .Bytes(t.name)
-                                      .Bytes(t.definition)
-                                      .Int(t.next_fire_ms)
-                                      .Int(t.last_fire_ms)
-                                      .Int(t.created_ms));
-              // Like job ids, timer ids never repeat: a new timer's fire keys
-              // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
-              b.Send("set_next", Params().Bytes("next_timer_id").Int(id + 1));
-            },
-            [&](const change::DeleteTimer& x) {
-              Params p;
-              p.Int(pg::TimerShard(x.id, shards_)).Int(static_cast<int64_t>(x.id));
-              b.Send("timer_delete_fires", p);
-              b.Send("timer_delete", p);
-            },
-            [&](const change::AdvanceTimer& x) {
-              const int64_t shard = pg::TimerShard(x.id, shards_);
-              const int64_t id = static_cast<int64_t>(x.id);
-              b.Send("timer_advance",
-                     Params().Int(shard).Int(id).Int(x.next_fire_ms).Int(x.last_fire_ms),
-                     /*must_change=*/true);
-              for (const TimerFire& f : x.fires) {
-                b.Send("fire_insert", Params()
-                                          .Int(pg::TimerShard(f.timer_id, shards_))
-                                          .Int(static_cast<int64_t>(f.timer_id))
-                                          .Int(f.fire_ms)
-                                          .Int(static_cast<int64_t>(f.job_id))
-                                          .Bytes(f.outcome)
-                                          .Int(f.at_ms));
-              }
-              b.Send("fire_prune", Params().Int(shard).Int(id));
-            },
-        },
-        m.change);
+    std::visit(Overloaded{
+                   [&](const change::InsertJob& x) {
+                     b.Insert(x.job, pg::JobShard(x.job.id, x.job.tube, x.job.key, shards_));
+                     max_id = std::max(max_id, x.job.id);
+                   },
+                   [&](const change::ReplaceJob& x) {
+                     b.Send("replace", JobParams(x.job, pg::JobShard(x.job.id, x.job.tube,
+                                                                     x.job.key, shards_)));
+                   },
+                   [&](const change::UpdateJob& x) { b.Send("update", JobParams(x.job, 0)); },
+                   [&](const change::DeleteJob& x) {
+                     b.Send("delete", Params().Int(static_cast<int64_t>(x.id)));
+                   },
+                   [&](const change::PauseTube& x) {
+                     b.Send("pause", Params().Bytes(x.tube).Int(x.pause_ms).Int(x.unpause_ms));
+                   },
+                   [&](const change::SetTopicSettings& x) {
+                     b.Send("settings", Params().Bytes(x.tube).OptionalBytes(x.settings));
+                   },
+                   [&](const change::PurgeDone& x) { b.Send("purge", Params().Int(x.before_ms)); },
+                   [&](const change::PutTimer& x) {
+                     const TimerRecord& t = x.timer;
+                     const int64_t id = static_cast<int64_t>(t.id);
+                     b.Send("timer_put", Params()
+                                             .Int(pg::TimerShard(t.id, shards_))
+                                             .Int(id)
+                                             .Bytes(t.name)
+                                             .Bytes(t.definition)
+                                             .Int(t.next_fire_ms)
+                                             .Int(t.last_fire_ms)
+                                             .Int(t.created_ms));
+                     // Like job ids, timer ids never repeat: a new timer's fire keys
+                     // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
+                     b.Send("set_next", Params().Bytes("next_timer_id").Int(id + 1));
+                   },
+                   [&](const change::DeleteTimer& x) {
+                     Params p;
+                     p.Int(pg::TimerShard(x.id, shards_)).Int(static_cast<int64_t>(x.id));
+                     b.Send("timer_delete_fires", p);
+                     b.Send("timer_delete", p);
+                   },
+                   [&](const change::AdvanceTimer& x) {
+                     const int64_t shard = pg::TimerShard(x.id, shards_);
+                     const int64_t id = static_cast<int64_t>(x.id);
+                     b.Send("timer_advance",
+                            Params().Int(shard).Int(id).Int(x.next_fire_ms).Int(x.last_fire_ms),
+                            /*must_change=*/true);
+                     for (const TimerFire& f : x.fires) {
+                       b.Send("fire_insert", Params()
+                                                 .Int(pg::TimerShard(f.timer_id, shards_))
+                                                 .Int(static_cast<int64_t>(f.timer_id))
+                                                 .Int(f.fire_ms)
+                                                 .Int(static_cast<int64_t>(f.job_id))
+                                                 .Bytes(f.outcome)
+                                                 .Int(f.at_ms));
+                     }
+                     b.Send("fire_prune", Params().Int(shard).Int(id));
+                   },
+               },
+               m.change);
   };
 
   b.Sql("BEGIN");
@@ -587,30 +701,28 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   return Status::Ok();
 }
 
-Result<PgResult> PgStore::Read(const char* name, const Params& p) {
-  auto c = reader_->Get();
+Result<PgResult> PgStore::Read(Link& link, const std::function<Result<PgResult>(PgConn&)>& run) {
+  auto c = link.Get();
   if (!c.ok()) return c.status();
-  auto r = (*c)->Run(name, p);
+  auto r = run(**c);
   // An idle connection finds out at its next use that the server restarted:
   // connect again and read once more (reads change nothing).
   if (!r.ok() && !(*c)->ok()) {
-    c = reader_->Get();
+    c = link.Get();
     if (!c.ok()) return c.status();
-    r = (*c)->Run(name, p);
+    r = run(**c);
   }
   return r;
+}
+
+Result<PgResult> PgStore::Read(const char* name, const Params& p) {
+  return Read(*reader_, [&](PgConn& c) { return c.Run(name, p); });
 }
 
 Result<Recovered> PgStore::Recover(int64_t horizon_minute) {
   auto c = reader_->Get();
   if (!c.ok()) return c.status();
-  PgConn& conn = **c;
-  auto query = [&](const std::string& sql, const Params& p) -> Result<PgResult> {
-    PgResult r(PQexecParams(conn.get(), sql.c_str(), p.size(), nullptr, p.values(), p.lengths(),
-                            p.formats(), 1));
-    if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) return conn.Error(r.get(), "recover");
-    return r;
-  };
+  auto query = [&](const std::string& sql, const Params& p) { return (*c)->Query(sql, p); };
   Recovered out;
   // Ready, buried, and delayed through the horizon: read whole.
   auto jobs =
@@ -666,9 +778,6 @@ Result<std::optional<JobRecord>> PgStore::GetByKey(const std::string& tube,
 }
 
 Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
-  auto c = reader_->Get();
-  if (!c.ok()) return c.status();
-  PgConn& conn = **c;
   Params p;
   std::vector<Oid> types;
   std::string sql = Select(kJobColumns, "FROM jobs WHERE id>$1");
@@ -700,10 +809,7 @@ Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
   }
   add(" ORDER BY id LIMIT ${}", kInt8);
   p.Int(static_cast<int64_t>(lq.limit));
-  PgResult r(PQexecParams(conn.get(), sql.c_str(), p.size(), types.data(), p.values(), p.lengths(),
-                          p.formats(), 1));
-  if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) return conn.Error(r.get(), "list jobs");
-  return Rows(Result<PgResult>(std::move(r)), ReadJob);
+  return Rows(Read(*reader_, [&](PgConn& c) { return c.Query(sql, p, types); }), ReadJob);
 }
 
 Result<std::vector<JobRecord>> PgStore::LoadMinute(int64_t minute, uint64_t after_id,

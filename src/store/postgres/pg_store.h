@@ -10,16 +10,23 @@
 //     with synchronous_commit on: PostgreSQL flushes the WAL up to that
 //     commit, which covers every earlier asynchronous one, and the syncer
 //     checks that none of them was lost by a server crash (PgStore::Sync);
-//   - reads come from the engine's thread on a third connection.
+//   - the engine's synchronous reads come from its thread on a third
+//     connection, and the horizon loader's reads (LoadMinuteAsync) are made
+//     on a thread and a fourth connection of their own, so that the event
+//     loop does not wait for them.
 // A lost connection fails the calls that needed it with kIoError (clients
 // are told to retry); each connection reconnects by itself, with backoff,
 // and the store logs each change of state once.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/executor.h"
 #include "store/commit_queue.h"
@@ -52,6 +59,7 @@ class PgStore final : public Store, private CommitQueue::Backend {
   Result<std::vector<JobRecord>> List(const ListQuery& q) override;
   Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
                                             size_t limit) override;
+  void LoadMinuteAsync(int64_t minute, uint64_t after_id, size_t limit, RowsDone done) override;
   Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
                                             size_t limit) override;
   Result<std::optional<TimerRecord>> GetTimer(uint64_t id) override;
@@ -74,20 +82,34 @@ class PgStore final : public Store, private CommitQueue::Backend {
   PgStore(PgOptions options, Executor executor);
   Status Commit(CommitQueue::Batch& batch) override;  // writer thread
   Status Sync() override;                             // syncer thread
-  // Runs a read statement on the reader's connection.
+  // Runs a read on `link`'s connection (once more on a new connection when
+  // the connection turns out to have broken while idle).
+  static Result<pg::PgResult> Read(Link& link,
+                                   const std::function<Result<pg::PgResult>(pg::PgConn&)>& run);
+  // Runs prepared read statement `name` on the reader's connection.
   Result<pg::PgResult> Read(const char* name, const pg::Params& p);
+  void LoadLoop();  // the loader thread
 
   PgOptions options_;
   int shards_ = 0;
   std::unique_ptr<Link> writer_;  // writer thread only (and Open before it starts)
   std::unique_ptr<Link> syncer_;  // syncer thread only
   std::unique_ptr<Link> reader_;  // engine thread only
+  std::unique_ptr<Link> loader_;  // loader thread only (and Open before it starts)
+  Executor executor_;             // where LoadMinuteAsync answers
   uint64_t next_id_floor_ = 0;    // writer thread: highest id committed + 1
   // The number of the writer's latest commit, and how often it connected
   // (Sync says why).
   std::atomic<int64_t> commit_seq_{0};
   std::atomic<uint64_t> writer_connects_{0};
   uint64_t synced_writer_connects_ = 0;  // syncer thread: at the last sync
+
+  // The loader thread's work, in order.
+  std::mutex load_mu_;
+  std::condition_variable load_cv_;
+  std::deque<std::function<void()>> loads_;
+  bool load_stop_ = false;
+  std::thread load_thread_;
 
   CommitQueue queue_;  // last: its threads use everything above
 };

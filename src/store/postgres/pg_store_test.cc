@@ -8,7 +8,9 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <tuple>
 
+#include "common/testing/loopback_socket.h"
 #include "store/postgres/pg_schema.h"
 #include "store/testing/inbox.h"
 #include "store/testing/pg_test_db.h"
@@ -100,6 +102,59 @@ TEST_F(PgStoreTest, BytesThatAreNotTextComeBackByteForByte) {
   EXPECT_EQ((*s)->GetByKey("t", j.key)->value().id, 1u);
 }
 
+// A batch's inserts travel as one statement per up to 1024 rows, each
+// column an array: every field of every row must arrive as it was, NULLs
+// (an empty key) and bytes that are not text among them.
+TEST_F(PgStoreTest, ABatchOfManyInsertsArrivesWholeFieldForField) {
+  auto s = Open(16);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<JobRecord> jobs;
+  std::vector<Mutation> ms;
+  for (uint64_t id = 1; id <= 2500; ++id) {
+    JobRecord j = Job(id, id % 3 == 0 ? "key-" + std::to_string(id) : "");
+    j.tube = id % 2 ? "odd" : "even";
+    j.priority = static_cast<uint32_t>(id * 7);
+    j.state = id % 5 == 0 ? StoredState::kDone : StoredState::kDelayed;
+    j.due_ms = 1'700'000'000'000 + static_cast<int64_t>(id) * 61'000;
+    j.delay_ms = static_cast<int64_t>(id);
+    j.ttr_ms = 1000 + static_cast<int64_t>(id);
+    j.created_ms = 1'690'000'000'000 + static_cast<int64_t>(id);
+    j.done_ms = j.state == StoredState::kDone ? j.created_ms + 5 : 0;
+    j.run_at_ms = j.due_ms - 1;
+    j.counters = {.reserves = 1, .timeouts = 2, .releases = 3, .buries = 4, .kicks = 5};
+    j.spec = id % 4 ? "" : "{\"target\":\"x\"}";
+    j.attempt_log = id % 7 ? "" : "[]";
+    j.last_error = id % 11 ? "" : std::string("e\x00rr", 4);
+    j.body = id % 13 ? std::string(id % 50, static_cast<char>(id)) : "";
+    jobs.push_back(j);
+    ms.push_back(Mutation::Insert(std::move(j)));
+  }
+  std::atomic<int> done{0};
+  Status result;
+  (*s)->SubmitAll(std::move(ms), [&](const Status& st) {
+    result = st;
+    ++done;
+  });
+  inbox_.RunUntil(done, 1);
+  ASSERT_TRUE(result.ok()) << result.ToString();
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs"), 2500);
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE key IS NULL"), 2500 - 2500 / 3);
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE done_ms IS NULL"), 2500 - 2500 / 5);
+  for (const JobRecord& want : jobs) {
+    auto got = (*s)->Get(want.id);
+    ASSERT_TRUE(got.ok() && got->has_value()) << want.id;
+    const JobRecord& j = **got;
+    EXPECT_EQ(std::tie(j.tube, j.priority, j.state, j.due_ms, j.delay_ms, j.ttr_ms, j.created_ms,
+                       j.done_ms, j.run_at_ms, j.key, j.spec, j.attempt_log, j.last_error, j.body),
+              std::tie(want.tube, want.priority, want.state, want.due_ms, want.delay_ms,
+                       want.ttr_ms, want.created_ms, want.done_ms, want.run_at_ms, want.key,
+                       want.spec, want.attempt_log, want.last_error, want.body))
+        << "job " << want.id;
+    EXPECT_EQ(j.counters.kicks, 5u);
+    EXPECT_EQ(j.counters.reserves, 1u);
+  }
+}
+
 TEST_F(PgStoreTest, ADatabaseOfANewerSchemaVersionIsAClearStartUpError) {
   ASSERT_TRUE(Open().ok());
   ASSERT_TRUE(db_.Exec("INSERT INTO delayd_schema (version) VALUES (" +
@@ -123,6 +178,23 @@ TEST_F(PgStoreTest, ABadConnectionStringOrAnUnreachableServerIsAClearError) {
   ASSERT_FALSE(down.ok());
   EXPECT_NE(down.status().message().find("cannot connect"), std::string::npos)
       << down.status().ToString();
+}
+
+// A server that accepts the connection and then says nothing (a hung host,
+// a black-holed network) must not hold delayd forever: libpq's own default
+// is to wait without end, delayd's is 5 s (PgConn::Connect).
+TEST_F(PgStoreTest, AServerThatNeverAnswersIsGivenUpOnByDefault) {
+  delayd::testing::LoopbackSocket silent;
+  ASSERT_NE(silent.port(), 0);
+  ASSERT_TRUE(silent.Listen());
+  const auto start = std::chrono::steady_clock::now();
+  auto s = PgStore::Open(
+      {.conninfo = "postgresql://delayd@127.0.0.1:" + std::to_string(silent.port()) + "/x"},
+      inbox_.executor());
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("timeout"), std::string::npos) << s.status().ToString();
+  EXPECT_LT(waited, std::chrono::seconds(30));
 }
 
 TEST_F(PgStoreTest, ALostConnectionFailsWritesAsRetryableAndIsRestoredByItself) {

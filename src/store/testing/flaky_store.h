@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/executor.h"
@@ -41,6 +42,28 @@ class FlakyStore final : public Store {
   Result<std::vector<JobRecord>> LoadMinute(int64_t m, uint64_t a, size_t l) override {
     return real_.LoadMinute(m, a, l);
   }
+  // While `defer_loads` is set, a load reads at once and answers only at
+  // DeliverLoads, as a store reading on a thread of its own may.
+  void LoadMinuteAsync(int64_t m, uint64_t a, size_t l, RowsDone done) override {
+    if (!defer_loads) return real_.LoadMinuteAsync(m, a, l, std::move(done));
+    deferred_.emplace_back(real_.LoadMinute(m, a, l), std::move(done));
+  }
+  void DeliverLoads() {
+    auto loads = std::move(deferred_);
+    deferred_.clear();
+    for (auto& [rows, done] : loads) done(std::move(rows));
+  }
+  size_t loads_deferred() const { return deferred_.size(); }
+  // Whether a load held back read job `id`.
+  bool DeferredLoadHas(uint64_t id) const {
+    for (const auto& [rows, done] : deferred_) {
+      if (!rows.ok()) continue;
+      for (const JobRecord& j : rows.value()) {
+        if (j.id == id) return true;
+      }
+    }
+    return false;
+  }
   Result<std::vector<JobRecord>> FarDelayed(const std::string& t, int64_t a, size_t l) override {
     return real_.FarDelayed(t, a, l);
   }
@@ -63,6 +86,7 @@ class FlakyStore final : public Store {
   void Close() override { real_.Close(); }
   bool failing = false;
   bool reads_failing = false;
+  bool defer_loads = false;
   // Submissions forwarded and not yet answered.
   size_t pending() const { return pending_; }
 
@@ -78,6 +102,7 @@ class FlakyStore final : public Store {
   Store& real_;
   Executor post_;
   size_t pending_ = 0;  // answers run on the engine's thread, like the calls
+  std::vector<std::pair<Result<std::vector<JobRecord>>, RowsDone>> deferred_;
 };
 
 }  // namespace delayd::store::testing
