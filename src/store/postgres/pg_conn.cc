@@ -130,7 +130,7 @@ std::string GetBytes(const PGresult* r, int row, int col) {
 
 PgConn::~PgConn() { PQfinish(conn_); }
 
-Result<std::unique_ptr<PgConn>> PgConn::Connect(const std::string& conninfo) {
+Result<std::unique_ptr<PgConn>> PgConn::Connect(const std::string& conninfo, const char* name) {
   // Keywords apply in order, the last of a repeated one winning: the
   // defaults first, then the caller's string (expanded from "dbname").
   std::vector<const char*> keywords;
@@ -140,6 +140,8 @@ Result<std::unique_ptr<PgConn>> PgConn::Connect(const std::string& conninfo) {
     keywords.push_back(d.keyword);
     values.push_back(d.value);
   }
+  keywords.push_back("fallback_application_name");
+  values.push_back(name);
   keywords.push_back("dbname");
   values.push_back(conninfo.c_str());
   keywords.push_back(nullptr);

@@ -96,8 +96,9 @@ class PgConn {
   // environment says otherwise, connecting gives up after 5 s and a server
   // that stops acknowledging what was sent is given up after 10 s
   // (kTimeoutDefaults), so that no call waits on a vanished server for
-  // TCP's quarter of an hour.
-  static Result<std::unique_ptr<PgConn>> Connect(const std::string& conninfo);
+  // TCP's quarter of an hour. `name` is the application_name the server
+  // shows (pg_stat_activity) unless the string gives one.
+  static Result<std::unique_ptr<PgConn>> Connect(const std::string& conninfo, const char* name);
 
   PGconn* get() { return conn_; }
   // Whether the connection is still usable (it may have broken since).

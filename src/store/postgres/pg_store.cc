@@ -299,8 +299,12 @@ Result<std::optional<T>> First(Result<std::vector<T>> rows) {
 // broke; each change of state is logged once.
 class PgStore::Link {
  public:
+  // The server shows the connection as application "delayd-<role>".
   Link(std::string conninfo, const char* role, bool pipelined)
-      : conninfo_(std::move(conninfo)), role_(role), pipelined_(pipelined) {}
+      : conninfo_(std::move(conninfo)),
+        role_(role),
+        name_(std::string("delayd-") + role),
+        pipelined_(pipelined) {}
 
   // The connection, connected and prepared, or why it is not.
   Result<PgConn*> Get() {
@@ -331,7 +335,7 @@ class PgStore::Link {
 
   Status Connect() {
     conn_.reset();
-    auto c = PgConn::Connect(conninfo_);
+    auto c = PgConn::Connect(conninfo_, name_.c_str());
     if (!c.ok()) return c.status();
     // The writer's commits are acknowledged once the server has them; the
     // syncer's commit makes them durable (store/commit_queue.h).
@@ -349,6 +353,7 @@ class PgStore::Link {
 
   const std::string conninfo_;
   const char* const role_;
+  const std::string name_;
   const bool pipelined_;
   std::unique_ptr<PgConn> conn_;
   bool down_ = false;
@@ -474,7 +479,7 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
 
   std::unique_ptr<PgStore> store(new PgStore(std::move(options), std::move(executor)));
   {
-    auto migrator = PgConn::Connect(store->options_.conninfo);
+    auto migrator = PgConn::Connect(store->options_.conninfo, "delayd-migrate");
     if (!migrator.ok()) return migrator.status();
     Status s = pg::Migrate(**migrator, store->options_.shards, &store->shards_);
     if (!s.ok()) return s;
