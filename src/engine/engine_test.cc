@@ -363,6 +363,22 @@ TEST_F(EngineTest, AJobDeletedWhileItsMinuteIsBeingLoadedStaysDeleted) {
   EXPECT_EQ(r.Take(), "reserved " + std::to_string(stays) + " stays");
 }
 
+// The store unreachable when a minute is due to load: the loader tries
+// again a second later, and the job arrives once the store answers.
+TEST_F(EngineTest, AFailedLoadIsRetriedAndItsJobsStillArrive) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  const uint64_t id = Put(c, "late", 10 * 60'000);
+  engine_->Reserve(c, -1);
+  flaky_->reads_failing = true;
+  for (int s = 0; s < 11 * 60; ++s) Advance(1000);
+  EXPECT_TRUE(r.events.empty()) << "delivered although its minute could not be read";
+  EXPECT_EQ(engine_->jobs_in_memory(), 0u);
+  flaky_->reads_failing = false;
+  Advance(1000);
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " late");
+}
+
 TEST_F(EngineTest, RecoveryRestoresStatesAndKeepsIdsRising) {
   Recorder r;
   Client* c = engine_->Connect(&r);

@@ -532,14 +532,7 @@ void PgStore::LoadMinuteAsync(int64_t minute, uint64_t after_id, size_t limit, R
     return;
   }
   loads_.push_back([this, minute, after_id, limit, done = std::move(done)]() mutable {
-    auto rows = Rows(Read(*loader_,
-                          [&](PgConn& c) {
-                            return c.Run("load_minute", Params()
-                                                            .Int(minute)
-                                                            .Int(static_cast<int64_t>(after_id))
-                                                            .Int(static_cast<int64_t>(limit)));
-                          }),
-                     ReadJob);
+    auto rows = LoadMinuteOn(*loader_, minute, after_id, limit);
     executor_(
         [done = std::move(done), rows = std::move(rows)]() mutable { done(std::move(rows)); });
   });
@@ -819,11 +812,14 @@ Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
 
 Result<std::vector<JobRecord>> PgStore::LoadMinute(int64_t minute, uint64_t after_id,
                                                    size_t limit) {
-  return Rows(Read("load_minute", Params()
-                                      .Int(minute)
-                                      .Int(static_cast<int64_t>(after_id))
-                                      .Int(static_cast<int64_t>(limit))),
-              ReadJob);
+  return LoadMinuteOn(*reader_, minute, after_id, limit);
+}
+
+Result<std::vector<JobRecord>> PgStore::LoadMinuteOn(Link& link, int64_t minute, uint64_t after_id,
+                                                     size_t limit) {
+  Params p;
+  p.Int(minute).Int(static_cast<int64_t>(after_id)).Int(static_cast<int64_t>(limit));
+  return Rows(Read(link, [&](PgConn& c) { return c.Run("load_minute", p); }), ReadJob);
 }
 
 Result<std::vector<JobRecord>> PgStore::FarDelayed(const std::string& tube, int64_t after_minute,

@@ -89,6 +89,9 @@ class PgStore final : public Store, private CommitQueue::Backend {
   // Runs prepared read statement `name` on the reader's connection.
   Result<pg::PgResult> Read(const char* name, const pg::Params& p);
   void LoadLoop();  // the loader thread
+  // LoadMinute on `link`'s connection: the reader's, or the loader's.
+  static Result<std::vector<JobRecord>> LoadMinuteOn(Link& link, int64_t minute, uint64_t after_id,
+                                                     size_t limit);
 
   PgOptions options_;
   int shards_ = 0;

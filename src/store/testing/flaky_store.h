@@ -14,8 +14,9 @@
 namespace delayd::store::testing {
 
 // Forwards to a real store, but fails every submission while `failing` is set,
-// as a full disk would (the mutation is not applied), and the timer loader's
-// reads while `reads_failing` is set, as an unreachable database would.
+// as a full disk would (the mutation is not applied), and the loaders' reads
+// (timers, and the horizon's) while `reads_failing` is set, as an
+// unreachable database would.
 class FlakyStore final : public Store {
  public:
   explicit FlakyStore(Store& real, Executor post) : real_(real), post_(std::move(post)) {}
@@ -45,6 +46,7 @@ class FlakyStore final : public Store {
   // While `defer_loads` is set, a load reads at once and answers only at
   // DeliverLoads, as a store reading on a thread of its own may.
   void LoadMinuteAsync(int64_t m, uint64_t a, size_t l, RowsDone done) override {
+    if (reads_failing) return done(Status::IoError("injected read failure"));
     if (!defer_loads) return real_.LoadMinuteAsync(m, a, l, std::move(done));
     deferred_.emplace_back(real_.LoadMinute(m, a, l), std::move(done));
   }
