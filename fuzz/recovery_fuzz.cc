@@ -23,8 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   timer::TimerService timers(*core.writes, *core.engine, core.clock, timer::TimerOptions{},
                              [](int64_t) {});
   (void)timers.Start();
-  // Read back what recovered, as the API would.
-  for (uint64_t id = 1; id <= 16; ++id) (void)core.engine->GetJob(id);
-  (void)timers.List(0, 100);
+  // Read back what recovered, as the API would (SQLite answers at once).
+  for (uint64_t id = 1; id <= 16; ++id) core.engine->GetJob(id, [](Result<engine::JobInfo>) {});
+  timers.List(0, 100, [](Result<std::vector<timer::TimerInfo>>) {});
   return 0;
 }

@@ -114,7 +114,13 @@ class DispatcherTest : public ::testing::Test {
     RunUntil([&] { return done.has_value(); });
     ASSERT_TRUE(done->ok());
   }
-  engine::JobState StateOf(uint64_t id) { return engine_->GetJob(id)->state; }
+  Result<engine::JobInfo> GetJob(uint64_t id) {
+    std::optional<Result<engine::JobInfo>> out;
+    engine_->GetJob(id, [&](Result<engine::JobInfo> r) { out.emplace(std::move(r)); });
+    RunUntil([&] { return out.has_value(); });
+    return out ? std::move(*out) : Result<engine::JobInfo>(Status::Internal("not answered"));
+  }
+  engine::JobState StateOf(uint64_t id) { return GetJob(id)->state; }
   // Lets time pass for the engine: due jobs become ready.
   void Advance(int64_t ms) {
     clock_.AdvanceMillis(ms);
@@ -165,8 +171,7 @@ TEST_F(DispatcherTest, DeliversTheJobAsItsTargetSaysAndFinishesItOn2xx) {
   sender_.Answer(0, 204);
   RunUntil([&] { return StateOf(id) == engine::JobState::kDone; });
   EXPECT_EQ(dispatcher_->stats().delivered, 1u);
-  const std::vector<engine::Attempt> log =
-      engine::ReadAttempts(engine_->GetJob(id)->record.attempt_log);
+  const std::vector<engine::Attempt> log = engine::ReadAttempts(GetJob(id)->record.attempt_log);
   ASSERT_EQ(log.size(), 1u);
   EXPECT_EQ(log[0].outcome, engine::AttemptOutcome::kOk);
   EXPECT_EQ(log[0].http_status, 204);
@@ -186,7 +191,7 @@ TEST_F(DispatcherTest, AFailureIsRetriedAfterItsBackoffAndTheLastOneIsADeadLette
             Signature("s3cret", clock_.WallMillis() / 1000, "b"));
   sender_.Answer(0, 503, "HTTP 503: busy");
   RunUntil([&] { return StateOf(id) == engine::JobState::kDelayed; });
-  Result<engine::JobInfo> info = engine_->GetJob(id);
+  Result<engine::JobInfo> info = GetJob(id);
   EXPECT_EQ(info->record.due_ms, clock_.WallMillis() + 4000) << "the policy's backoff";
 
   Advance(3999);
@@ -197,7 +202,7 @@ TEST_F(DispatcherTest, AFailureIsRetriedAfterItsBackoffAndTheLastOneIsADeadLette
   EXPECT_EQ(sender_.Header(1, "Delayd-Attempt"), "2");
   sender_.Answer(1, 500, "HTTP 500: broken");
   RunUntil([&] { return StateOf(id) == engine::JobState::kBuried; });
-  info = engine_->GetJob(id);
+  info = GetJob(id);
   EXPECT_NE(info->record.last_error.find("HTTP 500: broken"), std::string::npos)
       << info->record.last_error;
   EXPECT_EQ(dispatcher_->stats().dead_letters, 1u);

@@ -48,6 +48,68 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
 void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
                     std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also) {
   if (draining_) return done(Status::Unavailable("draining"));
+  const bool keyed =
+      std::any_of(jobs.begin(), jobs.end(), [](const NewJob& n) { return !n.key.empty(); });
+  if (!keyed) return SubmitNow(topic, std::move(jobs), {}, std::move(done), std::move(also));
+  keyed_.push_back({topic, std::move(jobs), std::move(done), std::move(also)});
+  if (keyed_.size() == 1) LookUpKeys();
+}
+
+// The keys of the front keyed submission are read aside, all in one read.
+// Keys that settle meanwhile stay pending until it is answered, so that a
+// key committed after the read looked finds its job in pending_keys_.
+void Engine::LookUpKeys() {
+  const KeyedSubmit& k = keyed_.front();
+  std::vector<std::string> keys;
+  for (const NewJob& n : k.jobs) {
+    if (!n.key.empty()) keys.push_back(n.key);
+  }
+  Aside(
+      [&store = store_, topic = k.topic, keys] {
+        KeyRows rows;
+        for (const std::string& key : keys) rows.push_back(store.GetByKey(topic, key));
+        return rows;
+      },
+      [this, keys](KeyRows rows, uint64_t since) {
+        std::unordered_map<std::string, std::optional<JobRecord>> by_key;
+        Status failed;
+        bool again = false;
+        for (size_t i = 0; i < rows.size(); ++i) {
+          if (!rows[i].ok()) {
+            failed = rows[i].status();
+            break;
+          }
+          // A job that left memory since may have let its key go.
+          if (rows[i].value() && LeftSince(rows[i].value()->id, since)) again = true;
+          by_key[keys[i]] = std::move(rows[i]).value();
+        }
+        if (again && failed.ok()) return LookUpKeys();
+        KeyedSubmit next = std::move(keyed_.front());
+        keyed_.pop_front();
+        if (!failed.ok()) {
+          next.done(failed);
+        } else {
+          SubmitNow(next.topic, std::move(next.jobs), by_key, std::move(next.done),
+                    std::move(next.also));
+        }
+        if (!keyed_.empty()) return LookUpKeys();
+        for (const std::string& key : settled_keys_) pending_keys_.erase(key);
+        settled_keys_.clear();
+      });
+}
+
+void Engine::SettleKey(const std::string& key) {
+  if (keyed_.empty()) {
+    pending_keys_.erase(key);
+  } else {
+    settled_keys_.push_back(key);
+  }
+}
+
+void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
+                       const std::unordered_map<std::string, std::optional<JobRecord>>& keys,
+                       std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also) {
+  if (draining_) return done(Status::Unavailable("draining"));
   const Tube* tube = FindTube(topic);
   const int64_t now_ms = (clock_.WallMicros() + 999) / 1000;
   std::vector<Submitted> out(jobs.size());
@@ -67,9 +129,9 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
         out[i] = {in_batch != batch_keys.end() ? in_batch->second : pending->second, true};
         continue;
       }
-      auto existing = store_.GetByKey(topic, n.key);
-      if (!existing.ok()) return done(existing.status());
-      if (const auto& rec = existing.value()) {
+      auto existing = keys.find(n.key);
+      if (existing == keys.end()) return done(Status::Internal("key not looked up"));
+      if (const auto& rec = existing->second) {
         // A job cancelled a moment ago may still be in the store; its delete
         // is queued ahead of this insert, so the key is free already.
         auto old = jobs_.find(rec->id);
@@ -121,7 +183,7 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
   store_.SubmitAll(std::move(writes), [this, created, topic, out = std::move(out),
                                        done = std::move(done)](const Status& s) mutable {
     for (Job* j : created) {
-      if (j->extra && !j->extra->key.empty()) pending_keys_.erase(KeyOf(topic, j->extra->key));
+      if (j->extra && !j->extra->key.empty()) SettleKey(KeyOf(topic, j->extra->key));
       Publish(j, s);
     }
     // Answer while the jobs are still pinned in memory, so reading them back
@@ -135,23 +197,30 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
   });
 }
 
-Result<JobView> Engine::ReserveJob(Client* c, uint64_t id) {
-  auto found = FindOrLoad(id, [](const Job& j) { return j.state != JobState::kReserved; });
-  if (!found.ok()) return found.status();
-  Grant(c, found.value());
-  return View(*found.value());
+void Engine::ReserveJob(Client* c, uint64_t id, Reply<JobView> done) {
+  FindOrLoad(
+      id, [](const Job& j) { return j.state != JobState::kReserved; },
+      [this, c, done = std::move(done)](Result<Job*> found) {
+        if (!found.ok()) return done(found.status());
+        Grant(c, found.value());
+        done(View(*found.value()));
+      },
+      c);
 }
 
 void Engine::Delete(Client* c, uint64_t id, Done done) {
-  auto found = FindOrLoad(
-      id, [c](const Job& j) { return j.state != JobState::kReserved || j.reserver == c; });
-  if (!found.ok()) return done(found.status());
-  Job* j = found.value();
-  const bool held = j->state == JobState::kReserved;
-  // Deleting the job one holds finishes it; deleting any other job cancels
-  // it, exactly as DELETE /v1/jobs/{id} does: a job that never ran is never
-  // reported done, and its key is free at once.
-  held ? Finish(j, std::move(done)) : Cancel(j, std::move(done));
+  FindOrLoad(
+      id, [c](const Job& j) { return j.state != JobState::kReserved || j.reserver == c; },
+      [this, done = std::move(done)](Result<Job*> found) mutable {
+        if (!found.ok()) return done(found.status());
+        Job* j = found.value();
+        const bool held = j->state == JobState::kReserved;
+        // Deleting the job one holds finishes it; deleting any other job
+        // cancels it, exactly as DELETE /v1/jobs/{id} does: a job that never
+        // ran is never reported done, and its key is free at once.
+        held ? Finish(j, std::move(done)) : Cancel(j, std::move(done));
+      },
+      c);
 }
 
 void Engine::Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms, Done done) {
@@ -177,15 +246,26 @@ Status Engine::Touch(Client* c, uint64_t id) {
 }
 
 void Engine::KickJob(uint64_t id, Done done) {
-  auto found = FindOrLoad(id, [](const Job& j) {
-    return j.state == JobState::kBuried || j.state == JobState::kDelayed;
-  });
-  if (!found.ok()) return done(found.status());
-  KickOne(found.value(), /*fresh_budget=*/false, std::move(done));
+  FindOrLoad(
+      id,
+      [](const Job& j) { return j.state == JobState::kBuried || j.state == JobState::kDelayed; },
+      [this, done = std::move(done)](Result<Job*> found) mutable {
+        if (!found.ok()) return done(found.status());
+        KickOne(found.value(), /*fresh_budget=*/false, std::move(done));
+      });
 }
 
 void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>)> done) {
-  Tube* t = c->use;
+  KickTube(c->use->name, bound, std::nullopt, std::move(done));
+}
+
+// Picks the jobs to kick from memory; when it needs delayed jobs beyond the
+// horizon, reads them aside and picks again with the rows (`far`) in hand.
+void Engine::KickTube(const std::string& name, uint64_t bound,
+                      std::optional<std::pair<std::vector<JobRecord>, uint64_t>> far,
+                      Reply<uint64_t> done) {
+  Tube* t = FindTube(name);
+  if (t == nullptr) return done(uint64_t{0});
   std::vector<Job*> kicked;
   if (!t->buried.empty()) {
     for (auto it = t->buried.begin(); it != t->buried.end() && kicked.size() < bound; ++it) {
@@ -195,17 +275,24 @@ void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>
     for (auto it = t->delayed.begin(); it != t->delayed.end() && kicked.size() < bound; ++it) {
       kicked.push_back(*it);
     }
-    std::vector<JobRecord> far;
-    if (kicked.size() < bound && t->far_delayed > 0) {
-      auto r = store_.FarDelayed(t->name, loaded_minute_ - 1, bound - kicked.size() + 64);
-      if (!r.ok()) return done(r.status());
-      far = std::move(r).value();
+    if (kicked.size() < bound && t->far_delayed > 0 && !far) {
+      return Aside(
+          [&store = store_, name, after = loaded_minute_ - 1, limit = bound - kicked.size() + 64] {
+            return store.FarDelayed(name, after, limit);
+          },
+          [this, name, bound, done = std::move(done)](Result<std::vector<JobRecord>> rows,
+                                                      uint64_t since) mutable {
+            if (!rows.ok()) return done(rows.status());
+            KickTube(name, bound, std::make_pair(std::move(rows).value(), since), std::move(done));
+          });
     }
-    for (const JobRecord& rec : far) {
-      if (kicked.size() >= bound) break;
-      auto still_far = FindFar(rec.id);  // skips jobs already in memory
-      if (!still_far.ok() || !still_far.value()) continue;
-      kicked.push_back(MaterializeFar(**still_far));
+    if (far) {
+      for (const JobRecord& rec : far->first) {
+        if (kicked.size() >= bound) break;
+        // Skips jobs in memory now, or changed in memory since the read.
+        if (jobs_.count(rec.id) || LeftSince(rec.id, far->second) || !IsFar(rec)) continue;
+        kicked.push_back(MaterializeFar(rec));
+      }
     }
   }
   if (kicked.empty()) return done(uint64_t{0});
@@ -232,10 +319,16 @@ void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>
   }
 }
 
-void Engine::Modify(uint64_t id, const JobPatch& p, Done done) {
-  auto found = FindOrLoad(id, [](const Job& j) { return j.state != JobState::kReserved; });
-  if (!found.ok()) return done(found.status());
-  Job* j = found.value();
+void Engine::Modify(uint64_t id, const JobPatch& patch, Done done) {
+  FindOrLoad(
+      id, [](const Job& j) { return j.state != JobState::kReserved; },
+      [this, patch, done = std::move(done)](Result<Job*> found) mutable {
+        if (!found.ok()) return done(found.status());
+        Patch(found.value(), patch, std::move(done));
+      });
+}
+
+void Engine::Patch(Job* j, const JobPatch& p, Done done) {
   Detach(j);
   const bool was_buried = j->state == JobState::kBuried;
   if (p.priority) j->priority = *p.priority;
@@ -269,32 +362,40 @@ void Engine::Modify(uint64_t id, const JobPatch& p, Done done) {
 }
 
 void Engine::Remove(uint64_t id, Done done) {
-  auto found = FindOrLoad(id, [](const Job& j) { return j.state != JobState::kReserved; });
-  if (found.ok()) return Cancel(found.value(), std::move(done));
-  if (found.status().code() != StatusCode::kNotFound || jobs_.count(id)) {
-    return done(found.status());
-  }
-  // A done job, kept as history: removing it frees its key now rather than
-  // at the end of its retention.
-  auto r = store_.Get(id);
-  if (!r.ok()) return done(r.status());
-  if (!r.value() || r.value()->state != StoredState::kDone) {
-    return done(Status::NotFound("no such job"));
-  }
-  store_.Submit(Mutation::Delete(id), std::move(done));
+  FindOrLoad(
+      id, [](const Job& j) { return j.state != JobState::kReserved; },
+      [this, id, done = std::move(done)](Result<Job*> found) mutable {
+        if (found.ok()) return Cancel(found.value(), std::move(done));
+        if (found.status().code() != StatusCode::kNotFound || jobs_.count(id)) {
+          return done(found.status());
+        }
+        // A done job, kept as history: removing it frees its key now rather
+        // than at the end of its retention.
+        Aside([&store = store_, id] { return store.Get(id); },
+              [this, id, done = std::move(done)](Result<std::optional<JobRecord>> r,
+                                                 uint64_t since) mutable {
+                if (jobs_.count(id) || LeftSince(id, since)) return Remove(id, std::move(done));
+                if (!r.ok()) return done(r.status());
+                if (!r.value() || r.value()->state != StoredState::kDone) {
+                  return done(Status::NotFound("no such job"));
+                }
+                store_.Submit(Mutation::Delete(id), std::move(done));
+              });
+      });
 }
 
 void Engine::RunNow(uint64_t id, Done done) {
-  auto found = FindOrLoad(id, [](const Job& j) {
-    return j.state == JobState::kDelayed || j.state == JobState::kReady;
-  });
-  if (!found.ok()) return done(found.status());
-  Job* j = found.value();
-  if (j->state == JobState::kReady) return done(Status::Ok());
-  Detach(j);
-  j->due_ms = clock_.WallMillis();
-  MakeReady(j);
-  Write(j, Mutation::Update(Record(*j)), std::move(done));
+  FindOrLoad(
+      id, [](const Job& j) { return j.state == JobState::kDelayed || j.state == JobState::kReady; },
+      [this, done = std::move(done)](Result<Job*> found) mutable {
+        if (!found.ok()) return done(found.status());
+        Job* j = found.value();
+        if (j->state == JobState::kReady) return done(Status::Ok());
+        Detach(j);
+        j->due_ms = clock_.WallMillis();
+        MakeReady(j);
+        Write(j, Mutation::Update(Record(*j)), std::move(done));
+      });
 }
 
 void Engine::Retry(uint64_t id, Done done) {
@@ -315,7 +416,7 @@ Result<JobInfo> Engine::AdoptReservation(Client* c, uint64_t id) {
   return Info(*j);
 }
 
-void Engine::SettleHttp(uint64_t id, uint32_t lease, Settle how, uint32_t priority,
+void Engine::SettleHttp(uint64_t id, uint32_t lease, Settle how, std::optional<uint32_t> priority,
                         int64_t delay_ms, Done done) {
   Job* j = FindLive(id);
   if (j == nullptr) return done(Status::NotFound("no such job"));
@@ -327,9 +428,9 @@ void Engine::SettleHttp(uint64_t id, uint32_t lease, Settle how, uint32_t priori
     case Settle::kFinish:
       return Finish(j, std::move(done));
     case Settle::kRelease:
-      return Requeue(j, priority, delay_ms, std::move(done));
+      return Requeue(j, priority.value_or(j->priority), delay_ms, std::move(done));
     case Settle::kBury:
-      return BuryHeld(j, priority, std::move(done));
+      return BuryHeld(j, priority.value_or(j->priority), std::move(done));
     case Settle::kTouch:
       return done(Touch(http_holder_, id));
   }

@@ -104,8 +104,19 @@ void Engine::Disconnect(Client* c) {
   --c->use->using_count;
   for (Tube* t : c->watch) --t->watching_count;
   auto it = std::find_if(clients_.begin(), clients_.end(), [c](auto& p) { return p.get() == c; });
+  if (c->reads > 0) {  // freed when the last read aside is answered
+    c->gone = true;
+    departed_.push_back(std::move(*it));
+  }
   clients_.erase(it);
   for (Tube* t : touched) MaybeDropTube(t);
+}
+
+bool Engine::Unpin(Client* c) {
+  if (--c->reads > 0 || !c->gone) return !c->gone;
+  auto it = std::find_if(departed_.begin(), departed_.end(), [c](auto& p) { return p.get() == c; });
+  departed_.erase(it);
+  return false;
 }
 
 void Engine::Use(Client* c, const std::string& name) {
@@ -242,21 +253,48 @@ void Engine::ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const 
 // undone by taking the store's record again, before `done` tells the client.
 void Engine::Write(Job* j, Mutation m, Done done) {
   ++j->pending_writes;
+  if (auto r = resyncing_.find(j->id); r != resyncing_.end()) r->second = true;
   store_.Submit(std::move(m), [this, id = j->id, done = std::move(done)](const Status& s) {
     Job* job = jobs_.at(id).get();
     if (!s.ok()) job->diverged = true;
     // With later writes still queued, the last of them resyncs: each carries
     // the whole job, so the store ends as memory is unless one fails.
-    if (job->diverged && job->pending_writes == 1) Resync(job);
+    if (job->diverged && job->pending_writes == 1) {
+      return Resync(job, [this, id, s, done] {
+        done(s);
+        WriteDone(jobs_.at(id).get());
+      });
+    }
     done(s);
     WriteDone(job);
   });
 }
 
-void Engine::Resync(Job* j) {
+// The job stays pinned by the failed write while its record is read.
+void Engine::Resync(Job* j, std::function<void()> then) {
   j->diverged = false;
-  if (j->state == JobState::kPending) return;  // a failed insert: Publish drops it
-  auto read = store_.Get(j->id);
+  if (j->state == JobState::kPending) return then();  // a failed insert: Publish drops it
+  resyncing_.emplace(j->id, false);
+  Aside([&store = store_, id = j->id] { return store.Get(id); },
+        [this, id = j->id, then = std::move(then)](Result<std::optional<JobRecord>> read,
+                                                   uint64_t) mutable {
+          Job* job = jobs_.at(id).get();
+          auto r = resyncing_.find(id);
+          const bool rewritten = r->second;
+          resyncing_.erase(r);
+          if (!rewritten) {
+            TakeStored(job, read);
+          } else if (job->diverged) {
+            // Written again meanwhile, and that write failed too (it left
+            // the resync to this one): the record read may predate it.
+            return Resync(job, std::move(then));
+          }
+          // Written again and answered well: memory is what the store has.
+          then();
+        });
+}
+
+void Engine::TakeStored(Job* j, const Result<std::optional<JobRecord>>& read) {
   if (!read.ok()) {
     // The store can neither write nor read: what it holds is unknown, so the
     // job leaves memory rather than show a state the store may not have. A
@@ -326,8 +364,27 @@ void Engine::WriteDone(Job* j) {
 }
 
 void Engine::Forget(Job* j) {
-  if (loading_) left_while_loading_.insert(j->id);
+  if (!reads_since_.empty()) {
+    left_log_.emplace_back(++left_seq_, j->id);
+    left_at_[j->id] = left_seq_;
+  }
   jobs_.erase(j->id);
+}
+
+void Engine::EndAside(uint64_t since) {
+  reads_since_.erase(reads_since_.find(since));
+  const uint64_t oldest = reads_since_.empty() ? left_seq_ : *reads_since_.begin();
+  while (!left_log_.empty() && left_log_.front().first <= oldest) {
+    auto [seq, id] = left_log_.front();
+    left_log_.pop_front();
+    auto it = left_at_.find(id);
+    if (it != left_at_.end() && it->second == seq) left_at_.erase(it);
+  }
+}
+
+bool Engine::LeftSince(uint64_t id, uint64_t since) const {
+  auto it = left_at_.find(id);
+  return it != left_at_.end() && it->second > since;
 }
 
 }  // namespace delayd::engine

@@ -21,17 +21,26 @@
 // for), reads.cc, waiters.cc (blocked reserves), timing.cc (ticks and the
 // wheel), horizon.cc (recovery, the loader, jobs beyond the horizon).
 //
+// Reads: jobs memory does not hold (delayed beyond the horizon, done, or
+// looked up by key) are read from the store aside (Store::ReadAside), so
+// that the event loop never waits for a store across the network; the calls
+// that may need one answer through a callback, at once when memory has the
+// answer. A row read aside may be older than a change memory made meanwhile:
+// the engine notes the jobs that leave memory while reads are in flight, and
+// reads again a row of such a job.
+//
 // Threading: not thread-safe. Every method, and every callback it makes, runs
 // on the one thread that owns the engine (the server's event loop).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -75,6 +84,8 @@ class Engine {
   // time that time moves earlier. The caller arms a timer and calls Tick().
   using WakeFn = std::function<void(int64_t steady_us)>;
   using Done = std::function<void(const Status&)>;
+  template <class T>
+  using Reply = std::function<void(Result<T>)>;
 
   // `store` and `clock` must outlive the engine.
   Engine(store::Store& store, const Clock& clock, EngineOptions options, WakeFn wake);
@@ -111,7 +122,7 @@ class Engine {
   void CancelReserve(Client* c) { StopWaiting(c); }
   // reserve-job: any job not reserved by someone, whatever its state
   // (kNotFound otherwise). Changes memory only, like every reservation.
-  Result<JobView> ReserveJob(Client* c, uint64_t id);
+  void ReserveJob(Client* c, uint64_t id, Reply<JobView> done);
   // The job this client holds finishes; a job not reserved is cancelled (no
   // done record, key freed). kNotFound for a job held by another client.
   void Delete(Client* c, uint64_t id, Done done);
@@ -133,9 +144,9 @@ class Engine {
 
   // A job in any state but done, from memory or, beyond the horizon, the
   // store; the peek-* variants take the client's used tube.
-  Result<JobView> Peek(uint64_t id);
+  void Peek(uint64_t id, Reply<JobView> done);
   Result<JobView> PeekReady(Client* c);
-  Result<JobView> PeekDelayed(Client* c);
+  void PeekDelayed(Client* c, Reply<JobView> done);
   Result<JobView> PeekBuried(Client* c);
 
   void Use(Client* c, const std::string& name);
@@ -146,7 +157,7 @@ class Engine {
   std::vector<std::string> WatchedTubes(const Client* c) const;
   std::vector<std::string> TubeNames() const;
 
-  Result<JobStats> StatsJob(uint64_t id);
+  void StatsJob(uint64_t id, Reply<JobStats> done);
   Result<TubeStats> StatsTube(const std::string& name) const;
   EngineStats Stats() const;
 
@@ -158,10 +169,12 @@ class Engine {
   using AlsoFn = std::function<std::vector<store::Mutation>(const std::vector<Submitted>&)>;
   void Submit(const std::string& topic, std::vector<NewJob> jobs,
               std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also = nullptr);
-  Result<JobInfo> GetJob(uint64_t id);
+  void GetJob(uint64_t id, Reply<JobInfo> done);
+  // Each of `ids` as GetJob finds it, in one read of the store at most.
+  void GetJobs(std::vector<uint64_t> ids, std::function<void(std::vector<Result<JobInfo>>)> done);
   // The live job, or done job within its retention, holding `key`.
-  Result<JobInfo> GetByKey(const std::string& topic, const std::string& key);
-  Result<ListPage> List(const ListFilter& f);
+  void GetByKey(const std::string& topic, const std::string& key, Reply<JobInfo> done);
+  void List(const ListFilter& f, Reply<ListPage> done);
   // kConflict when reserved.
   void Modify(uint64_t id, const JobPatch& patch, Done done);
   // Deletes a job that is not reserved, leaving no record (a cancel), or
@@ -175,9 +188,10 @@ class Engine {
   // keeps it until settled or its ttr runs out.
   Result<JobInfo> AdoptReservation(Client* c, uint64_t id);
   enum class Settle : uint8_t { kFinish, kRelease, kBury, kTouch };
-  // Settles an HTTP-held reservation; `lease` 0 skips the lease check.
-  void SettleHttp(uint64_t id, uint32_t lease, Settle how, uint32_t priority, int64_t delay_ms,
-                  Done done);
+  // Settles an HTTP-held reservation; `lease` 0 skips the lease check. A
+  // release or bury without `priority` keeps the job's.
+  void SettleHttp(uint64_t id, uint32_t lease, Settle how, std::optional<uint32_t> priority,
+                  int64_t delay_ms, Done done);
   std::vector<TopicInfo> Topics() const;
   Result<TopicInfo> Topic(const std::string& name) const;
   // Null settings remove them.
@@ -226,7 +240,7 @@ class Engine {
   void Fire(EngineTimer* t);
   void ScheduleLoader();
   void LoadStep();
-  void Loaded(Result<std::vector<store::JobRecord>> rows);
+  void Loaded(Result<std::vector<store::JobRecord>> rows, uint64_t since);
   // Drops a job from memory (deleted, or its next due time is beyond the
   // loaded horizon).
   void Forget(Job* j);
@@ -288,14 +302,68 @@ class Engine {
   void Detach(Job* j);  // out of the set/timer of its current state
   // Writes `m`, the change just made to `j` in memory; see engine.cc.
   void Write(Job* j, store::Mutation m, Done done);
-  // Memory takes the store's record of `j` again after a failed write.
-  void Resync(Job* j);
+  // Memory takes the store's record of `j` again after a failed write, then
+  // `then` runs.
+  void Resync(Job* j, std::function<void()> then);
   void WriteDone(Job* j);
-  Result<std::optional<store::JobRecord>> FindFar(uint64_t id);
+  // Memory takes the store's record `read` of `j` (Resync's second half).
+  void TakeStored(Job* j, const Result<std::optional<store::JobRecord>>& read);
+  // Whether the store's record `r` is of a delayed job beyond what memory
+  // holds (and not yet being loaded).
+  bool IsFar(const store::JobRecord& r) const;
+  // The store's record of `id` when it is such a job; nullopt otherwise, and
+  // for a job in memory by the time the read is answered.
+  void ReadFar(uint64_t id, Reply<std::optional<store::JobRecord>> done);
   Job* MaterializeFar(const store::JobRecord& r);
   // The job `id` in memory if `allowed` accepts it, or a delayed job beyond
-  // the horizon brought into memory (not yet detached from anything).
-  Result<Job*> FindOrLoad(uint64_t id, const std::function<bool(const Job&)>& allowed);
+  // the horizon brought into memory (not yet detached from anything). On
+  // behalf of client `c`, if given: kUnavailable if it hangs up meanwhile.
+  void FindOrLoad(uint64_t id, std::function<bool(const Job&)> allowed, Reply<Job*> done,
+                  Client* c = nullptr);
+  // Modify's change, to a job found.
+  void Patch(Job* j, const JobPatch& p, Done done);
+  void KickTube(const std::string& name, uint64_t bound,
+                std::optional<std::pair<std::vector<store::JobRecord>, uint64_t>> far,
+                Reply<uint64_t> done);
+  void PeekFar(const std::string& tube, Reply<JobView> done);
+  // Keyed submissions, one at a time: their keys are looked up in the store
+  // aside, and a later one must see the jobs an earlier one created.
+  struct KeyedSubmit {
+    std::string topic;
+    std::vector<NewJob> jobs;
+    std::function<void(Result<std::vector<Submitted>>)> done;
+    AlsoFn also;
+  };
+  using KeyRows = std::vector<Result<std::optional<store::JobRecord>>>;
+  void LookUpKeys();
+  // Submit, with the store's job for each key of `keys` (by key) at hand.
+  void SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
+                 const std::unordered_map<std::string, std::optional<store::JobRecord>>& keys,
+                 std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also);
+  void SettleKey(const std::string& key);
+
+  // Reads aside: `then(result, since)` gets what `read` returned, with the
+  // mark to ask LeftSince about. `read` runs on the store's read thread and
+  // must touch nothing of the engine.
+  template <class Read, class Then>
+  void Aside(Read read, Then then) {
+    const uint64_t since = left_seq_;
+    reads_since_.insert(since);
+    store::ReadAsync(store_, std::move(read),
+                     [this, since, then = std::move(then)](auto result) mutable {
+                       then(std::move(result), since);
+                       EndAside(since);
+                     });
+  }
+  void EndAside(uint64_t since);
+  // Whether job `id` left memory after `since`: a row read since may be
+  // older than the change that made it leave.
+  bool LeftSince(uint64_t id, uint64_t since) const;
+  // A client with a read aside in flight (FindOrLoad) outlives its
+  // disconnection until the read is answered; Unpin says whether it is
+  // still connected.
+  void Pin(Client* c) { ++c->reads; }
+  bool Unpin(Client* c);
 
   // Waiters.
   void Serve(Tube* t);
@@ -331,8 +399,23 @@ class Engine {
   Client* push_holder_ = nullptr;  // holds the dispatcher's reservations
   std::vector<std::pair<size_t, Listener>> listeners_;
   size_t next_subscription_ = 1;
-  // Keys of submitted jobs not yet durable: "tube\0key" -> id.
+  // Keys of submitted jobs not yet durable: "tube\0key" -> id. While a key
+  // lookup is in flight, keys that settle stay here (in settled_keys_) until
+  // it is answered: its rows may be older than their commit.
   std::unordered_map<std::string, uint64_t> pending_keys_;
+  std::vector<std::string> settled_keys_;
+  std::deque<KeyedSubmit> keyed_;  // the front one's keys are being looked up
+  // Jobs whose failed write is being read back: id -> written again meanwhile.
+  std::unordered_map<uint64_t, bool> resyncing_;
+  std::vector<std::unique_ptr<Client>> departed_;  // disconnected, reads in flight
+
+  // Reads aside in flight (the left_seq_ at each one's start), and the jobs
+  // that left memory meanwhile: (left_seq_, id) in order, and each one's
+  // latest entry. Kept only while reads are in flight.
+  uint64_t left_seq_ = 0;
+  std::multiset<uint64_t> reads_since_;
+  std::deque<std::pair<uint64_t, uint64_t>> left_log_;
+  std::unordered_map<uint64_t, uint64_t> left_at_;
 
   // The loader: every delayed job due in minutes <= loaded_minute_ is in
   // memory (or pinned by a pending write); later ones only in the store.
@@ -340,11 +423,7 @@ class Engine {
   uint64_t load_cursor_ = 0;  // last id read of loaded_minute_
   bool load_done_ = true;     // loaded_minute_ fully read
   EngineTimer loader_timer_;
-  // A read of the loader is in flight (the store answers it later, from a
-  // thread of its own). Jobs that leave memory meanwhile are noted: the
-  // read may have seen their rows from before, and must not bring them back.
-  bool loading_ = false;
-  std::unordered_set<uint64_t> left_while_loading_;
+  bool loading_ = false;       // a read of the loader is in flight
   bool load_failing_ = false;  // the last read failed (logged once until one succeeds)
 };
 

@@ -101,6 +101,21 @@ class EngineTest : public ::testing::Test {
     clock_.AdvanceMillis(ms);
     engine_->Tick();
   }
+  Result<JobView> Peek(uint64_t id) {
+    return work_.Answer<JobView>([&](auto done) { engine_->Peek(id, done); });
+  }
+  Result<JobView> PeekDelayed(Client* c) {
+    return work_.Answer<JobView>([&](auto done) { engine_->PeekDelayed(c, done); });
+  }
+  Result<JobStats> StatsJob(uint64_t id) {
+    return work_.Answer<JobStats>([&](auto done) { engine_->StatsJob(id, done); });
+  }
+  Result<JobInfo> GetJob(uint64_t id) {
+    return work_.Answer<JobInfo>([&](auto done) { engine_->GetJob(id, done); });
+  }
+  Result<JobInfo> GetByKey(const std::string& topic, const std::string& key) {
+    return work_.Answer<JobInfo>([&](auto done) { engine_->GetByKey(topic, key, done); });
+  }
 
   std::filesystem::path dir_;
   TestClock clock_;
@@ -170,7 +185,7 @@ TEST_F(EngineTest, ZeroDelayIsReadyAndDelayNeverFiresEarlyMidMillisecond) {
   Client* c = engine_->Connect(&r);
   clock_.Advance(400);  // the clock now sits 0.4 ms into a millisecond
   uint64_t now_job = Put(c, "now");
-  EXPECT_EQ(engine_->StatsJob(now_job)->state, JobState::kReady);
+  EXPECT_EQ(StatsJob(now_job)->state, JobState::kReady);
   engine_->Reserve(c, 0);
   r.Take();
   uint64_t later = Put(c, "later", 1000);
@@ -213,7 +228,7 @@ TEST_F(EngineTest, TtrExpiryReturnsJobToReadyAndCountsTimeout) {
   Advance(1);
   EXPECT_EQ(engine_->Stats().ready, 1u);
   EXPECT_EQ(engine_->Stats().job_timeouts, 1u);
-  EXPECT_EQ(engine_->StatsJob(id)->counters.timeouts, 1u);
+  EXPECT_EQ(StatsJob(id)->counters.timeouts, 1u);
 }
 
 TEST_F(EngineTest, BlockedReserveGetsDeadlineSoonOneSecondBeforeTtr) {
@@ -295,8 +310,8 @@ TEST_F(EngineTest, KickTakesBuriedFirstThenDelayedInDueOrder) {
   engine_->Kick(c, 1, [&](Result<uint64_t> n) { kicked = n; });
   RunUntil([&] { return kicked.has_value(); });
   EXPECT_EQ(kicked->value(), 1u);
-  EXPECT_EQ(engine_->StatsJob(soon)->state, JobState::kReady);
-  EXPECT_EQ(engine_->StatsJob(late)->state, JobState::kDelayed);
+  EXPECT_EQ(StatsJob(soon)->state, JobState::kReady);
+  EXPECT_EQ(StatsJob(late)->state, JobState::kDelayed);
 }
 
 TEST_F(EngineTest, FarJobsStayInTheStoreUntilTheirMinuteIsLoaded) {
@@ -305,9 +320,9 @@ TEST_F(EngineTest, FarJobsStayInTheStoreUntilTheirMinuteIsLoaded) {
   uint64_t id = Put(c, "far", 10 * 60'000);
   EXPECT_EQ(engine_->jobs_in_memory(), 0u) << "a job due in 10 min should live only in the store";
   EXPECT_EQ(engine_->Stats().delayed, 1u);
-  EXPECT_EQ(*engine_->Peek(id)->body, "far");
-  EXPECT_EQ(engine_->StatsJob(id)->state, JobState::kDelayed);
-  EXPECT_EQ(*engine_->PeekDelayed(c)->body, "far");
+  EXPECT_EQ(*Peek(id)->body, "far");
+  EXPECT_EQ(StatsJob(id)->state, JobState::kDelayed);
+  EXPECT_EQ(*PeekDelayed(c)->body, "far");
   engine_->Reserve(c, -1);
   for (int s = 0; s < 10 * 60 - 1; ++s) Advance(1000);
   EXPECT_EQ(engine_->jobs_in_memory(), 1u) << "loaded ahead of its due time";
@@ -322,45 +337,75 @@ TEST_F(EngineTest, FarJobsCanBeDeletedAndKicked) {
   uint64_t gone = Put(c, "gone", 3'600'000);
   uint64_t kicked = Put(c, "kicked", 7'200'000);
   ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Delete(c, gone, d); }).ok());
-  EXPECT_EQ(engine_->Peek(gone).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Peek(gone).status().code(), StatusCode::kNotFound);
   ASSERT_TRUE(Await([&](Engine::Done d) { engine_->KickJob(kicked, d); }).ok());
-  EXPECT_EQ(engine_->StatsJob(kicked)->state, JobState::kReady);
+  EXPECT_EQ(StatsJob(kicked)->state, JobState::kReady);
   EXPECT_EQ(engine_->Stats().delayed, 0u);
   Stop();
   Start();
-  EXPECT_EQ(engine_->Peek(gone).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(engine_->StatsJob(kicked)->state, JobState::kReady);
+  EXPECT_EQ(Peek(gone).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(StatsJob(kicked)->state, JobState::kReady);
 }
 
-// On PostgreSQL the loader's read is answered later, from another thread:
-// a job that leaves memory meanwhile must not come back from the rows read
-// before it left.
+// On PostgreSQL a read aside is answered later, from another thread: a job
+// that leaves memory meanwhile must not come back from the rows read before
+// it left. Here the loader reads a minute while a delete of one of its jobs
+// is under way, and the delete is durable before the loader's rows arrive.
 TEST_F(EngineTest, AJobDeletedWhileItsMinuteIsBeingLoadedStaysDeleted) {
   Recorder r;
   Client* c = engine_->Connect(&r);
   const uint64_t gone = Put(c, "gone", 10 * 60'000);
   const uint64_t stays = Put(c, "stays", 10 * 60'000);
-  flaky_->defer_loads = true;
-  bool held = false;
-  for (int s = 0; s < 10 * 60 && !held; ++s) {
-    Advance(1000);
-    held = flaky_->DeferredLoadHas(gone);
-    if (!held) flaky_->DeliverLoads();  // an earlier minute's
-  }
-  ASSERT_TRUE(held) << "the loader never read the jobs' minute";
+  const int64_t minute = store::DueMinute(store_->Get(gone).value()->due_ms);
+  for (int s = 0; s < 10 * 60 && flaky_->last_load_minute() < minute - 1; ++s) Advance(1000);
+  ASSERT_EQ(flaky_->last_load_minute(), minute - 1);
   EXPECT_EQ(engine_->jobs_in_memory(), 0u);
+  flaky_->defer_reads = true;
+  std::optional<Status> deleted;
+  engine_->Delete(c, gone, [&](const Status& s) { deleted = s; });  // reads the job aside
+  for (int s = 0; s < 120 && flaky_->last_load_minute() < minute; ++s) Advance(1000);
+  ASSERT_EQ(flaky_->last_load_minute(), minute) << "the loader never read the jobs' minute";
+  ASSERT_EQ(flaky_->reads_deferred(), 2u);
   Advance(1000);
-  EXPECT_EQ(flaky_->loads_deferred(), 1u) << "a second read while one is in flight";
-  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Delete(c, gone, d); }).ok());
-  flaky_->DeliverLoads();
-  EXPECT_EQ(engine_->Peek(gone).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(*engine_->Peek(stays)->body, "stays");
+  EXPECT_EQ(flaky_->reads_deferred(), 2u) << "a second load while one is in flight";
+  flaky_->DeliverOneRead();  // the delete's: it cancels the job...
+  RunUntil([&] { return deleted.has_value(); });
+  ASSERT_TRUE(deleted->ok()) << deleted->ToString();
+  EXPECT_EQ(engine_->jobs_in_memory(), 0u) << "...and the job left memory";
+  flaky_->DeliverReads();  // the loader's, read while the job was there
+  flaky_->defer_reads = false;
+  EXPECT_EQ(Peek(gone).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*Peek(stays)->body, "stays");
   EXPECT_EQ(engine_->jobs_in_memory(), 1u);
   EXPECT_EQ(engine_->Stats().delayed, 1u);
-  flaky_->defer_loads = false;
   engine_->Reserve(c, -1);
   for (int s = 0; s < 3 * 60 && r.events.empty(); ++s) Advance(1000);
   EXPECT_EQ(r.Take(), "reserved " + std::to_string(stays) + " stays");
+}
+
+// The same for every read aside: a job read while it is being deleted is
+// read again when its row arrives after the delete, and is not found.
+TEST_F(EngineTest, AReadOfAJobThatLeftMemoryMeanwhileIsMadeAgain) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  const uint64_t id = Put(c, "far", 10 * 60'000);
+  EXPECT_EQ(engine_->jobs_in_memory(), 0u);
+  flaky_->defer_reads = true;
+  std::optional<Status> deleted;
+  engine_->Delete(c, id, [&](const Status& s) { deleted = s; });
+  std::optional<Result<JobInfo>> got;
+  std::optional<Result<JobStats>> stats;
+  engine_->GetJob(id, [&](Result<JobInfo> j) { got.emplace(std::move(j)); });
+  engine_->StatsJob(id, [&](Result<JobStats> s) { stats.emplace(std::move(s)); });
+  ASSERT_EQ(flaky_->reads_deferred(), 3u);  // each read the job as delayed
+  flaky_->DeliverOneRead();
+  RunUntil([&] { return deleted.has_value(); });
+  ASSERT_TRUE(deleted->ok());
+  flaky_->defer_reads = false;
+  flaky_->DeliverReads();
+  RunUntil([&] { return got.has_value() && stats.has_value(); });
+  EXPECT_EQ(got->status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(stats->status().code(), StatusCode::kNotFound);
 }
 
 // The store unreachable when a minute is due to load: the loader tries
@@ -396,13 +441,13 @@ TEST_F(EngineTest, RecoveryRestoresStatesAndKeepsIdsRising) {
   Stop();
   Start();
   Client* c2 = engine_->Connect(&r);
-  EXPECT_EQ(engine_->StatsJob(reserved)->state, JobState::kReady);
-  EXPECT_EQ(engine_->StatsJob(buried)->state, JobState::kBuried);
-  EXPECT_EQ(engine_->StatsJob(buried)->priority, 3u);
-  auto d = engine_->StatsJob(delayed);
+  EXPECT_EQ(StatsJob(reserved)->state, JobState::kReady);
+  EXPECT_EQ(StatsJob(buried)->state, JobState::kBuried);
+  EXPECT_EQ(StatsJob(buried)->priority, 3u);
+  auto d = StatsJob(delayed);
   EXPECT_EQ(d->state, JobState::kDelayed);
   EXPECT_EQ(d->time_left_s, 20) << "the delay continues toward its absolute due time";
-  EXPECT_EQ(engine_->Peek(deleted).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Peek(deleted).status().code(), StatusCode::kNotFound);
   EXPECT_GT(Put(c2, "new"), deleted);
 }
 
@@ -486,7 +531,10 @@ TEST_F(EngineTest, AFailedStoreWriteIsReportedAndAFailedPutNeverAppears) {
 // What a client can read of a job, but for the two counters memory keeps
 // ahead of the store (reserves and timeouts are stored with the next write).
 std::string Fingerprint(Engine& e, uint64_t id) {
-  Result<JobInfo> info = e.GetJob(id);
+  std::optional<Result<JobInfo>> got;  // SQLite reads aside at once
+  e.GetJob(id, [&](Result<JobInfo> r) { got.emplace(std::move(r)); });
+  if (!got) return "not answered at once";
+  const Result<JobInfo>& info = *got;
   if (!info.ok()) return info.status().ToString();
   const store::JobRecord& r = info->record;
   std::ostringstream out;
@@ -687,11 +735,11 @@ TEST_F(EngineTest, AChangeQueuedBehindAFailedOneDecidesTheJob) {
   EXPECT_TRUE(Await([&](Engine::Done d) { engine_->Delete(c, id, d); }).ok());
   ASSERT_TRUE(released.has_value());
   EXPECT_EQ(released->code(), StatusCode::kIoError);
-  EXPECT_EQ(engine_->GetJob(id).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(GetJob(id).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(engine_->Stats().ready, 0u);
   Stop();
   Start();
-  EXPECT_EQ(engine_->GetJob(id).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(GetJob(id).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(EngineTest, ListenersHearOfReadyReservedAndEndedJobsOnceTheStoreHasThem) {
@@ -766,7 +814,7 @@ TEST_F(EngineTest, AttemptLogKeepsTheLatestAttemptsAndTheLastError) {
               .error = "HTTP 503: \"busy\" #" + std::to_string(i)};
     EXPECT_TRUE(Await([&](Engine::Done d) { engine_->PushDone(id, a, 0, std::move(d)); }).ok());
   }
-  Result<JobInfo> info = engine_->GetJob(id);
+  Result<JobInfo> info = GetJob(id);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->state, JobState::kDone);
   EXPECT_EQ(info->record.last_error, "HTTP 503: \"busy\" #5");
@@ -780,7 +828,7 @@ TEST_F(EngineTest, AttemptLogKeepsTheLatestAttemptsAndTheLastError) {
   // It survives a restart as stored.
   Stop();
   Start();
-  info = engine_->GetJob(id);
+  info = GetJob(id);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(nlohmann::json::parse(info->record.attempt_log), log);
 }
@@ -809,9 +857,69 @@ TEST_F(EngineTest, AKeyIsFreeAsSoonAsItsJobIsCancelledNotOnlyWhenDurable) {
   ASSERT_TRUE(again->ok()) << again->status().ToString();
   EXPECT_FALSE(again->value()[0].duplicate);
   EXPECT_NE(again->value()[0].id, old_id);
-  Result<JobInfo> by_key = engine_->GetByKey("t", "order-1");
+  Result<JobInfo> by_key = GetByKey("t", "order-1");
   ASSERT_TRUE(by_key.ok());
   EXPECT_EQ(by_key->record.id, again->value()[0].id);
+}
+
+// Keys are looked up aside, one keyed submission at a time: a second
+// submission of a key sees the first's job whether the first is still
+// being written or was committed after the second's read was made.
+TEST_F(EngineTest, KeyedSubmissionsSeeEachOtherWhileTheirLookupsAreInFlight) {
+  using Outcome = std::optional<Result<std::vector<Submitted>>>;
+  auto submit = [&](Outcome& out) {
+    NewJob n;
+    n.key = "order-7";
+    std::vector<NewJob> batch;
+    batch.push_back(std::move(n));
+    engine_->Submit("t", std::move(batch), [&out](auto r) { out = std::move(r); });
+  };
+  flaky_->defer_reads = true;
+  Outcome first, second, third;
+  submit(first);
+  submit(second);
+  EXPECT_EQ(flaky_->reads_deferred(), 1u) << "the second lookup waits for the first";
+  flaky_->DeliverReads();  // the first creates its job; the second's read is made now
+  ASSERT_EQ(flaky_->reads_deferred(), 1u);
+  RunUntil([&] { return first.has_value(); });  // committed before the second's answer
+  ASSERT_TRUE(first->ok()) << first->status().ToString();
+  const uint64_t id = first->value()[0].id;
+  flaky_->DeliverReads();
+  RunUntil([&] { return second.has_value(); });
+  ASSERT_TRUE(second->ok()) << second->status().ToString();
+  EXPECT_TRUE(second->value()[0].duplicate);
+  EXPECT_EQ(second->value()[0].id, id);
+  flaky_->defer_reads = false;
+  submit(third);  // and from the store, once nothing is in flight
+  RunUntil([&] { return third.has_value(); });
+  ASSERT_TRUE(third->ok());
+  EXPECT_TRUE(third->value()[0].duplicate);
+  EXPECT_EQ(third->value()[0].id, id);
+}
+
+// A client that hangs up while its reserve-job or delete of a job beyond
+// the horizon is being read is answered kUnavailable, and the job stays as
+// it was, delayed, and fires at its time.
+TEST_F(EngineTest, AClientThatHangsUpWhileItsJobIsReadTakesNothing) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  const uint64_t id = Put(c, "far", 10 * 60'000);
+  flaky_->defer_reads = true;
+  std::optional<Result<JobView>> reserved;
+  std::optional<Status> deleted;
+  engine_->ReserveJob(c, id, [&](Result<JobView> v) { reserved.emplace(std::move(v)); });
+  engine_->Delete(c, id, [&](const Status& s) { deleted = s; });
+  engine_->Disconnect(c);
+  flaky_->defer_reads = false;
+  flaky_->DeliverReads();
+  ASSERT_TRUE(reserved.has_value() && deleted.has_value());
+  EXPECT_EQ(reserved->status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(deleted->code(), StatusCode::kUnavailable);
+  EXPECT_EQ(StatsJob(id)->state, JobState::kDelayed);
+  Client* other = engine_->Connect(&r);
+  engine_->Reserve(other, -1);
+  for (int s = 0; s < 11 * 60 && r.events.empty(); ++s) Advance(1000);
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " far");
 }
 
 // The engine over a store that keeps what a disk would: a crash or power cut
@@ -850,8 +958,11 @@ class EngineDurabilityTest : public ::testing::Test {
     work_.RunUntil([&] { return out.has_value(); });
     return *out;
   }
+  Result<JobInfo> GetJob(uint64_t id) {
+    return work_.Answer<JobInfo>([&](auto done) { engine_->GetJob(id, done); });
+  }
   std::string StateOf(uint64_t id) {
-    Result<JobInfo> info = engine_->GetJob(id);
+    Result<JobInfo> info = GetJob(id);
     return info.ok() ? std::string(StateName(info->state)) : "gone";
   }
 
@@ -897,7 +1008,7 @@ TEST_F(EngineDurabilityTest, APowerCutUndoesOnlyWrittenChangesToHeldJobs) {
   EXPECT_EQ(StateOf(a), "ready");
   EXPECT_EQ(StateOf(b), "ready");
   EXPECT_EQ(StateOf(c), "ready");
-  EXPECT_EQ(engine_->GetJob(b)->record.priority, 10u);
+  EXPECT_EQ(GetJob(b)->record.priority, 10u);
 }
 
 TEST_F(EngineDurabilityTest, ChangesThatCreateOrKeepWorkAreSyncedBeforeTheirReply) {
@@ -916,8 +1027,8 @@ TEST_F(EngineDurabilityTest, ChangesThatCreateOrKeepWorkAreSyncedBeforeTheirRepl
   ASSERT_TRUE(Await([&](Engine::Done d) { engine_->PauseTube("default", 60'000, d); }).ok());
   Restart(/*power_cut=*/true);
   EXPECT_EQ(StateOf(a), "ready");
-  EXPECT_EQ(engine_->GetJob(a)->record.counters.kicks, 1u);
-  EXPECT_EQ(engine_->GetJob(a)->record.counters.buries, 1u);
+  EXPECT_EQ(GetJob(a)->record.counters.kicks, 1u);
+  EXPECT_EQ(GetJob(a)->record.counters.buries, 1u);
   EXPECT_EQ(StateOf(b), "gone");
   EXPECT_EQ(StateOf(c), "ready");
   EXPECT_GT(engine_->StatsTube("default")->pause_s, 0);

@@ -1,6 +1,6 @@
 // The horizon: memory holds delayed jobs due within it, the store the rest.
 // Recovery, the loader that brings each minute into memory as it nears, and
-// reaching a job beyond the horizon (FindFar, FindOrLoad).
+// reaching a job beyond the horizon (ReadFar, FindOrLoad).
 #include <spdlog/spdlog.h>
 
 #include "engine/engine.h"
@@ -71,9 +71,8 @@ void Engine::ScheduleLoader() {
   Schedule(loader_timer_, TickAtWall(next_start_ms - options_.horizon_ms));
 }
 
-// The loader's read goes to the store without waiting (on PostgreSQL it is
-// answered from a thread of its own); Loaded takes the rows, and schedules
-// the next step.
+// The loader's read goes aside (on PostgreSQL it is answered from a thread
+// of its own); Loaded takes the rows, and schedules the next step.
 void Engine::LoadStep() {
   if (loading_) return;
   if (load_done_) {
@@ -82,14 +81,15 @@ void Engine::LoadStep() {
     load_done_ = false;
   }
   loading_ = true;
-  store_.LoadMinuteAsync(loaded_minute_, load_cursor_, options_.load_chunk,
-                         [this](Result<std::vector<JobRecord>> rows) { Loaded(std::move(rows)); });
+  Aside([&store = store_, minute = loaded_minute_, after = load_cursor_,
+         limit = options_.load_chunk] { return store.LoadMinute(minute, after, limit); },
+        [this](Result<std::vector<JobRecord>> rows, uint64_t since) {
+          Loaded(std::move(rows), since);
+        });
 }
 
-void Engine::Loaded(Result<std::vector<JobRecord>> rows) {
+void Engine::Loaded(Result<std::vector<JobRecord>> rows, uint64_t since) {
   loading_ = false;
-  std::unordered_set<uint64_t> left;
-  left.swap(left_while_loading_);
   if (!rows.ok()) {
     if (!load_failing_) {
       spdlog::error("loader: reading minute {}: {}; retrying every second", loaded_minute_,
@@ -107,7 +107,7 @@ void Engine::Loaded(Result<std::vector<JobRecord>> rows) {
     // In memory already: pinned by a write, or taken out of the store's
     // hands by a kick, reserve-job or delete. Or it was, and has left memory
     // since the store read this row: the row is out of date.
-    if (jobs_.count(r.id) || left.count(r.id)) continue;
+    if (jobs_.count(r.id) || LeftSince(r.id, since)) continue;
     Job* j = MaterializeFar(r);
     if (j->due_ms <= now_ms) {
       MakeReady(j);
@@ -119,29 +119,44 @@ void Engine::Loaded(Result<std::vector<JobRecord>> rows) {
   ScheduleLoader();
 }
 
-Result<std::optional<JobRecord>> Engine::FindFar(uint64_t id) {
-  if (jobs_.count(id)) return std::optional<JobRecord>();
-  auto r = store_.Get(id);
-  if (!r.ok()) return r.status();
-  std::optional<JobRecord>& rec = r.value();
-  if (!rec) return std::optional<JobRecord>();
-  const int64_t minute = store::DueMinute(rec->due_ms);
-  const bool far = rec->state == StoredState::kDelayed &&
-                   (minute > loaded_minute_ ||
-                    (minute == loaded_minute_ && !load_done_ && rec->id > load_cursor_));
-  if (!far) return std::optional<JobRecord>();
-  return std::move(rec);
+bool Engine::IsFar(const JobRecord& r) const {
+  const int64_t minute = store::DueMinute(r.due_ms);
+  return r.state == StoredState::kDelayed &&
+         (minute > loaded_minute_ ||
+          (minute == loaded_minute_ && !load_done_ && r.id > load_cursor_));
 }
 
-Result<Job*> Engine::FindOrLoad(uint64_t id, const std::function<bool(const Job&)>& allowed) {
-  if (Job* j = FindLive(id)) {
+void Engine::ReadFar(uint64_t id, Reply<std::optional<JobRecord>> done) {
+  if (jobs_.count(id)) return done(std::optional<JobRecord>());
+  Aside([&store = store_, id] { return store.Get(id); },
+        [this, id, done = std::move(done)](Result<std::optional<JobRecord>> r,
+                                           uint64_t since) mutable {
+          if (jobs_.count(id)) return done(std::optional<JobRecord>());
+          // It was in memory meanwhile, and may have changed since this read.
+          if (LeftSince(id, since)) return ReadFar(id, std::move(done));
+          if (!r.ok()) return done(r.status());
+          if (!r.value() || !IsFar(*r.value())) return done(std::optional<JobRecord>());
+          done(std::move(r).value());
+        });
+}
+
+void Engine::FindOrLoad(uint64_t id, std::function<bool(const Job&)> allowed, Reply<Job*> done,
+                        Client* c) {
+  auto found = [this, id, allowed]() -> std::optional<Result<Job*>> {
+    Job* j = FindLive(id);
+    if (j == nullptr) return std::nullopt;
     if (!allowed(*j)) return Status::Conflict("job is " + std::string(StateName(j->state)));
     return j;
-  }
-  auto far = FindFar(id);
-  if (!far.ok()) return far.status();
-  if (!far.value()) return Status::NotFound("no such job");
-  return MaterializeFar(**far);  // delayed, which every caller accepts
+  };
+  if (auto r = found()) return done(std::move(*r));
+  if (c != nullptr) Pin(c);
+  ReadFar(id, [this, found, c, done = std::move(done)](Result<std::optional<JobRecord>> far) {
+    if (c != nullptr && !Unpin(c)) return done(Status::Unavailable("the client hung up"));
+    if (auto r = found()) return done(std::move(*r));  // came into memory meanwhile
+    if (!far.ok()) return done(far.status());
+    if (!far.value()) return done(Status::NotFound("no such job"));
+    done(MaterializeFar(**far));  // delayed, which every caller accepts
+  });
 }
 
 Job* Engine::MaterializeFar(const JobRecord& r) {

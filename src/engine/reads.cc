@@ -1,5 +1,5 @@
 // Reads: peeks, stats, jobs and topics, merging memory (newer) with the
-// store for jobs memory does not hold.
+// store for jobs memory does not hold (read aside, engine.h says how).
 #include <algorithm>
 
 #include "engine/engine.h"
@@ -10,12 +10,14 @@ namespace delayd::engine {
 using store::JobRecord;
 using store::StoredState;
 
-Result<JobView> Engine::Peek(uint64_t id) {
-  if (Job* j = FindLive(id)) return View(*j);
-  auto far = FindFar(id);
-  if (!far.ok()) return far.status();
-  if (!far.value()) return Status::NotFound("no such job");
-  return JobView{id, std::make_shared<const std::string>(std::move((*far)->body))};
+void Engine::Peek(uint64_t id, Reply<JobView> done) {
+  if (Job* j = FindLive(id)) return done(View(*j));
+  ReadFar(id, [this, id, done = std::move(done)](Result<std::optional<JobRecord>> far) {
+    if (Job* j = FindLive(id)) return done(View(*j));  // came into memory meanwhile
+    if (!far.ok()) return done(far.status());
+    if (!far.value()) return done(Status::NotFound("no such job"));
+    done(JobView{id, std::make_shared<const std::string>(std::move((*far)->body))});
+  });
 }
 
 Result<JobView> Engine::PeekReady(Client* c) {
@@ -23,20 +25,29 @@ Result<JobView> Engine::PeekReady(Client* c) {
   return View(**c->use->ready.begin());
 }
 
-Result<JobView> Engine::PeekDelayed(Client* c) {
-  Tube* t = c->use;
-  if (!t->delayed.empty()) return View(**t->delayed.begin());
-  if (t->far_delayed > 0) {
-    auto r = store_.FarDelayed(t->name, loaded_minute_ - 1, 64);
-    if (!r.ok()) return r.status();
-    for (JobRecord& rec : r.value()) {
-      auto far = FindFar(rec.id);
-      if (far.ok() && far.value()) {
-        return JobView{rec.id, std::make_shared<const std::string>(std::move(rec.body))};
-      }
-    }
-  }
-  return Status::NotFound("no delayed job");
+void Engine::PeekDelayed(Client* c, Reply<JobView> done) { PeekFar(c->use->name, std::move(done)); }
+
+// The soonest delayed job of the tube: in memory if it has any (they are
+// due before every job beyond the horizon), else the store's soonest.
+void Engine::PeekFar(const std::string& tube, Reply<JobView> done) {
+  Tube* t = FindTube(tube);
+  if (t != nullptr && !t->delayed.empty()) return done(View(**t->delayed.begin()));
+  if (t == nullptr || t->far_delayed == 0) return done(Status::NotFound("no delayed job"));
+  Aside([&store = store_, tube,
+         after = loaded_minute_ - 1] { return store.FarDelayed(tube, after, 64); },
+        [this, tube, done = std::move(done)](Result<std::vector<JobRecord>> rows,
+                                             uint64_t since) mutable {
+          if (!rows.ok()) return done(rows.status());
+          Tube* now = FindTube(tube);
+          if (now != nullptr && !now->delayed.empty()) return done(View(**now->delayed.begin()));
+          for (JobRecord& rec : rows.value()) {
+            // Changed in memory since the read: the rows may be out of date.
+            if (LeftSince(rec.id, since)) return PeekFar(tube, std::move(done));
+            if (jobs_.count(rec.id) || !IsFar(rec)) continue;
+            return done(JobView{rec.id, std::make_shared<const std::string>(std::move(rec.body))});
+          }
+          done(Status::NotFound("no delayed job"));
+        });
 }
 
 Result<JobView> Engine::PeekBuried(Client* c) {
@@ -44,11 +55,11 @@ Result<JobView> Engine::PeekBuried(Client* c) {
   return View(**c->use->buried.begin());
 }
 
-Result<JobStats> Engine::StatsJob(uint64_t id) {
-  const int64_t now_us = clock_.SteadyMicros();
-  const int64_t wall_us = clock_.WallMicros();
-  JobStats s;
-  if (Job* j = FindLive(id)) {
+void Engine::StatsJob(uint64_t id, Reply<JobStats> done) {
+  auto live = [this](const Job* j) {
+    const int64_t now_us = clock_.SteadyMicros();
+    const int64_t wall_us = clock_.WallMicros();
+    JobStats s;
     s.id = j->id;
     s.tube = j->tube->name;
     s.state = j->state;
@@ -60,21 +71,26 @@ Result<JobStats> Engine::StatsJob(uint64_t id) {
     if (j->state == JobState::kDelayed) s.time_left_s = (j->due_ms * 1000 - wall_us) / 1'000'000;
     s.counters = j->counters;
     return s;
-  }
-  auto far = FindFar(id);
-  if (!far.ok()) return far.status();
-  if (!far.value()) return Status::NotFound("no such job");
-  const JobRecord& r = **far;
-  s.id = r.id;
-  s.tube = r.tube;
-  s.state = JobState::kDelayed;
-  s.priority = r.priority;
-  s.age_s = (wall_us / 1000 - r.created_ms) / 1000;
-  s.delay_s = r.delay_ms / 1000;
-  s.ttr_s = r.ttr_ms / 1000;
-  s.time_left_s = (r.due_ms * 1000 - wall_us) / 1'000'000;
-  s.counters = r.counters;
-  return s;
+  };
+  if (Job* j = FindLive(id)) return done(live(j));
+  ReadFar(id, [this, id, live, done = std::move(done)](Result<std::optional<JobRecord>> far) {
+    if (Job* j = FindLive(id)) return done(live(j));
+    if (!far.ok()) return done(far.status());
+    if (!far.value()) return done(Status::NotFound("no such job"));
+    const int64_t wall_us = clock_.WallMicros();
+    const JobRecord& r = **far;
+    JobStats s;
+    s.id = r.id;
+    s.tube = r.tube;
+    s.state = JobState::kDelayed;
+    s.priority = r.priority;
+    s.age_s = (wall_us / 1000 - r.created_ms) / 1000;
+    s.delay_s = r.delay_ms / 1000;
+    s.ttr_s = r.ttr_ms / 1000;
+    s.time_left_s = (r.due_ms * 1000 - wall_us) / 1'000'000;
+    s.counters = r.counters;
+    done(std::move(s));
+  });
 }
 
 Result<TubeStats> Engine::StatsTube(const std::string& name) const {
@@ -139,33 +155,86 @@ JobInfo Engine::Info(JobRecord r) {
   return info;
 }
 
-Result<JobInfo> Engine::GetJob(uint64_t id) {
-  if (Job* j = FindLive(id)) return Info(*j);
-  auto it = jobs_.find(id);
-  if (it != jobs_.end() && it->second->state == JobState::kPending) {
-    return Status::NotFound("no such job");
-  }
-  auto r = store_.Get(id);
-  if (!r.ok()) return r.status();
-  if (!r.value()) return Status::NotFound("no such job");
-  return Info(std::move(*r.value()));
+void Engine::GetJob(uint64_t id, Reply<JobInfo> done) {
+  GetJobs({id}, [done = std::move(done)](std::vector<Result<JobInfo>> jobs) {
+    done(std::move(jobs.front()));
+  });
 }
 
-Result<JobInfo> Engine::GetByKey(const std::string& topic, const std::string& key) {
-  auto pending = pending_keys_.find(KeyOf(topic, key));
-  if (pending != pending_keys_.end()) return Status::NotFound("no job with this key");
-  auto r = store_.GetByKey(topic, key);
-  if (!r.ok()) return r.status();
-  const auto& rec = r.value();
-  if (!rec || (rec->state == StoredState::kDone &&
-               rec->done_ms + options_.done_retention_ms <= clock_.WallMillis())) {
-    return Status::NotFound("no job with this key");
+void Engine::GetJobs(std::vector<uint64_t> ids,
+                     std::function<void(std::vector<Result<JobInfo>>)> done) {
+  // From memory, for the jobs it holds: a submitted job not yet durable is
+  // not there yet; a job being deleted is read from the store until it is.
+  auto from_memory = [this](uint64_t id) -> std::optional<Result<JobInfo>> {
+    if (Job* j = FindLive(id)) return Info(*j);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end() && it->second->state == JobState::kPending) {
+      return Status::NotFound("no such job");
+    }
+    return std::nullopt;
+  };
+  std::vector<uint64_t> missing;
+  for (uint64_t id : ids) {
+    if (!from_memory(id)) missing.push_back(id);
   }
-  return GetJob(rec->id);
+  auto answer = [ids, from_memory,
+                 done](const std::unordered_map<uint64_t, Result<std::optional<JobRecord>>>& read) {
+    std::vector<Result<JobInfo>> out;
+    out.reserve(ids.size());
+    for (uint64_t id : ids) {
+      if (auto mem = from_memory(id)) {
+        out.push_back(std::move(*mem));
+        continue;
+      }
+      const auto& r = read.at(id);
+      if (!r.ok()) {
+        out.push_back(r.status());
+      } else if (!r.value()) {
+        out.push_back(Status::NotFound("no such job"));
+      } else {
+        out.push_back(Info(*r.value()));
+      }
+    }
+    done(std::move(out));
+  };
+  if (missing.empty()) return answer({});
+  Aside(
+      [&store = store_, missing] {
+        std::vector<Result<std::optional<JobRecord>>> rows;
+        for (uint64_t id : missing) rows.push_back(store.Get(id));
+        return rows;
+      },
+      [this, ids = std::move(ids), missing, from_memory, answer, done](
+          std::vector<Result<std::optional<JobRecord>>> rows, uint64_t since) mutable {
+        std::unordered_map<uint64_t, Result<std::optional<JobRecord>>> read;
+        for (size_t i = 0; i < missing.size(); ++i) {
+          // Changed in memory since the read, and gone from it again: the
+          // row may be out of date.
+          if (LeftSince(missing[i], since) && !from_memory(missing[i])) {
+            return GetJobs(std::move(ids), std::move(done));
+          }
+          read.emplace(missing[i], std::move(rows[i]));
+        }
+        answer(read);
+      });
 }
 
-Result<ListPage> Engine::List(const ListFilter& f) {
-  auto matches = [&f](const JobInfo& info) {
+void Engine::GetByKey(const std::string& topic, const std::string& key, Reply<JobInfo> done) {
+  if (pending_keys_.count(KeyOf(topic, key))) return done(Status::NotFound("no job with this key"));
+  Aside([&store = store_, topic, key] { return store.GetByKey(topic, key); },
+        [this, done = std::move(done)](Result<std::optional<JobRecord>> r, uint64_t) mutable {
+          if (!r.ok()) return done(r.status());
+          const auto& rec = r.value();
+          if (!rec || (rec->state == StoredState::kDone &&
+                       rec->done_ms + options_.done_retention_ms <= clock_.WallMillis())) {
+            return done(Status::NotFound("no job with this key"));
+          }
+          GetJob(rec->id, std::move(done));  // as memory or the store has it now
+        });
+}
+
+void Engine::List(const ListFilter& f, Reply<ListPage> done) {
+  auto matches = [f](const JobInfo& info) {
     const JobRecord& r = info.record;
     if (f.topic && r.tube != *f.topic) return false;
     if (f.state && *f.state != info.state) return false;
@@ -176,9 +245,9 @@ Result<ListPage> Engine::List(const ListFilter& f) {
     if (f.due_before_ms && r.due_ms >= *f.due_before_ms) return false;
     return true;
   };
-  ListPage page;
   if (f.state == JobState::kReserved) {
     // Reservations live only in memory.
+    ListPage page;
     std::vector<Job*> held;
     for (auto& [id, j] : jobs_) {
       if (id > f.after_id && j->state == JobState::kReserved) held.push_back(j.get());
@@ -193,7 +262,7 @@ Result<ListPage> Engine::List(const ListFilter& f) {
       }
       page.jobs.push_back(std::move(info));
     }
-    return page;
+    return done(std::move(page));
   }
   store::ListQuery q;
   q.tube = f.topic;
@@ -203,27 +272,37 @@ Result<ListPage> Engine::List(const ListFilter& f) {
   q.due_before_ms = f.due_before_ms;
   q.after_id = f.after_id;
   q.limit = f.limit + 1;
-  auto rows = store_.List(q);
-  if (!rows.ok()) return rows.status();
-  // Memory is newer than the store for the jobs it holds.
-  for (JobRecord& r : rows.value()) {
-    if (page.jobs.size() == f.limit) {
-      page.next_cursor = page.jobs.empty() ? r.id - 1 : page.jobs.back().record.id;
-      break;
-    }
-    auto it = jobs_.find(r.id);
-    JobInfo info;
-    if (it == jobs_.end()) {
-      info = Info(std::move(r));
-    } else if (!Visible(it->second->state)) {
-      continue;
-    } else {
-      info = Info(*it->second);
-    }
-    if (matches(info)) page.jobs.push_back(std::move(info));
-  }
-  if (page.next_cursor == 0 && rows->size() > f.limit) page.next_cursor = rows->back().id - 1;
-  return page;
+  Aside([&store = store_, q] { return store.List(q); },
+        [this, f, matches, done = std::move(done)](Result<std::vector<JobRecord>> rows,
+                                                   uint64_t since) mutable {
+          if (!rows.ok()) return done(rows.status());
+          ListPage page;
+          // Memory is newer than the store for the jobs it holds; a row of a
+          // job that left memory since the read may be out of date.
+          for (JobRecord& r : rows.value()) {
+            if (LeftSince(r.id, since)) return List(f, std::move(done));
+          }
+          for (JobRecord& r : rows.value()) {
+            if (page.jobs.size() == f.limit) {
+              page.next_cursor = page.jobs.empty() ? r.id - 1 : page.jobs.back().record.id;
+              break;
+            }
+            auto it = jobs_.find(r.id);
+            JobInfo info;
+            if (it == jobs_.end()) {
+              info = Info(std::move(r));
+            } else if (!Visible(it->second->state)) {
+              continue;
+            } else {
+              info = Info(*it->second);
+            }
+            if (matches(info)) page.jobs.push_back(std::move(info));
+          }
+          if (page.next_cursor == 0 && rows->size() > f.limit) {
+            page.next_cursor = rows->back().id - 1;
+          }
+          done(std::move(page));
+        });
 }
 
 std::vector<TopicInfo> Engine::Topics() const {

@@ -147,6 +147,8 @@ struct Client {
   bool waiting = false;
   int64_t wait_until_us = -1;  // steady us when a reserve-with-timeout gives up; -1: never
   EngineTimer timer;           // the earlier of wait_until_us and deadline-soon
+  uint32_t reads = 0;          // reads aside in flight on its behalf
+  bool gone = false;           // disconnected while reads were in flight
 };
 
 }  // namespace delayd::engine

@@ -309,9 +309,10 @@ void Api::Dispatch(const Route& route, Call& c) {
 }
 
 void Api::ReplyJob(const Reply& reply, uint64_t id, int status) {
-  auto info = engine_.GetJob(id);
-  if (!info.ok()) return reply(ProblemResponse(info.status()));
-  reply(JsonTextResponse(status, RenderJob(*info)));
+  engine_.GetJob(id, [reply, status](Result<engine::JobInfo> info) {
+    if (!info.ok()) return reply(ProblemResponse(info.status()));
+    reply(JsonTextResponse(status, RenderJob(*info)));
+  });
 }
 
 // ---------------------------------------------------------------- jobs
@@ -346,28 +347,33 @@ void Api::SubmitJobs(Call& c) {
       c.params[0], std::move(jobs),
       [this, batch, reply = std::move(c.reply)](Result<std::vector<engine::Submitted>> r) {
         if (!r.ok()) return reply(ProblemResponse(r.status()));
-        std::string out;
-        out.reserve(r->size() * 512);  // a job renders to ~400 bytes plus its body
-        JsonWriter w(out);
-        if (batch) w.BeginArray();
-        bool any_new = false, all_dup = true;
-        for (const engine::Submitted& s : *r) {
-          auto info = engine_.GetJob(s.id);
-          if (!info.ok()) return reply(ProblemResponse(info.status()));
-          w.BeginObject();
-          WriteJobFields(w, *info);
-          w.Key("duplicate").Bool(s.duplicate);
-          w.EndObject();
-          any_new = any_new || !s.duplicate;
-          all_dup = all_dup && s.duplicate;
-        }
-        if (batch) w.EndArray();
-        Response res = JsonTextResponse(any_new ? 201 : 200, std::move(out));
-        if (!batch) {
-          res.headers.emplace_back("Location", "/v1/jobs/" + std::to_string((*r)[0].id));
-        }
-        if (all_dup) res.headers.emplace_back("Delayd-Duplicate", "true");
-        reply(std::move(res));
+        std::vector<uint64_t> ids;
+        for (const engine::Submitted& s : *r) ids.push_back(s.id);
+        // New jobs are still in memory; a duplicate's job may have to be read.
+        engine_.GetJobs(std::move(ids), [batch, reply, submitted = std::move(r).value()](
+                                            std::vector<Result<engine::JobInfo>> infos) {
+          std::string out;
+          out.reserve(infos.size() * 512);  // a job renders to ~400 bytes plus its body
+          JsonWriter w(out);
+          if (batch) w.BeginArray();
+          bool any_new = false, all_dup = true;
+          for (size_t i = 0; i < infos.size(); ++i) {
+            if (!infos[i].ok()) return reply(ProblemResponse(infos[i].status()));
+            w.BeginObject();
+            WriteJobFields(w, *infos[i]);
+            w.Key("duplicate").Bool(submitted[i].duplicate);
+            w.EndObject();
+            any_new = any_new || !submitted[i].duplicate;
+            all_dup = all_dup && submitted[i].duplicate;
+          }
+          if (batch) w.EndArray();
+          Response res = JsonTextResponse(any_new ? 201 : 200, std::move(out));
+          if (!batch) {
+            res.headers.emplace_back("Location", "/v1/jobs/" + std::to_string(submitted[0].id));
+          }
+          if (all_dup) res.headers.emplace_back("Delayd-Duplicate", "true");
+          reply(std::move(res));
+        });
       });
 }
 
@@ -378,9 +384,11 @@ void Api::GetJob(Call& c) {
 }
 
 void Api::GetByKey(Call& c) {
-  auto info = engine_.GetByKey(c.params[0], c.params[1]);
-  if (!info.ok()) return c.reply(ProblemResponse(info.status()));
-  c.reply(JsonTextResponse(200, RenderJob(*info)));
+  engine_.GetByKey(c.params[0], c.params[1],
+                   [reply = std::move(c.reply)](Result<engine::JobInfo> info) {
+                     if (!info.ok()) return reply(ProblemResponse(info.status()));
+                     reply(JsonTextResponse(200, RenderJob(*info)));
+                   });
 }
 
 void Api::PatchJob(Call& c) {
@@ -443,20 +451,21 @@ void Api::ListJobs(Call& c) {
   auto cursor = QueryInt(c.query, "cursor", 0, INT64_MAX, 0);
   if (!cursor.ok()) return c.reply(ProblemResponse(cursor.status()));
   f.after_id = static_cast<uint64_t>(*cursor);
-  auto page = engine_.List(f);
-  if (!page.ok()) return c.reply(ProblemResponse(page.status()));
-  std::string out;
-  JsonWriter w(out);
-  w.BeginObject().Key("jobs").BeginArray();
-  for (const auto& info : page->jobs) {
-    w.BeginObject();
-    WriteJobFields(w, info);
+  engine_.List(f, [reply = std::move(c.reply)](Result<engine::ListPage> page) {
+    if (!page.ok()) return reply(ProblemResponse(page.status()));
+    std::string out;
+    JsonWriter w(out);
+    w.BeginObject().Key("jobs").BeginArray();
+    for (const auto& info : page->jobs) {
+      w.BeginObject();
+      WriteJobFields(w, info);
+      w.EndObject();
+    }
+    w.EndArray().Key("next_cursor");
+    page->next_cursor ? w.String(std::to_string(page->next_cursor)) : w.Null();
     w.EndObject();
-  }
-  w.EndArray().Key("next_cursor");
-  page->next_cursor ? w.String(std::to_string(page->next_cursor)) : w.Null();
-  w.EndObject();
-  c.reply(JsonTextResponse(200, std::move(out)));
+    reply(JsonTextResponse(200, std::move(out)));
+  });
 }
 
 void Api::Action(Call& c, const std::string& action) {
@@ -474,18 +483,19 @@ void Api::Action(Call& c, const std::string& action) {
 void Api::Attempts(Call& c) {
   auto id = ParseId(c.params[0], "job");
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
-  auto info = engine_.GetJob(*id);
-  if (!info.ok()) return c.reply(ProblemResponse(info.status()));
-  json out = json::array();
-  for (const engine::Attempt& a : engine::ReadAttempts(info->record.attempt_log)) {
-    out.push_back({{"attempt", a.number},
-                   {"started_at", FormatRfc3339Ms(a.started_ms)},
-                   {"duration_ms", a.duration_ms},
-                   {"outcome", engine::OutcomeName(a.outcome)},
-                   {"http_status", a.http_status != 0 ? json(a.http_status) : json(nullptr)},
-                   {"error", a.error.empty() ? json(nullptr) : json(a.error)}});
-  }
-  c.reply(JsonResponse(200, {{"job_id", *id}, {"attempts", std::move(out)}}));
+  engine_.GetJob(*id, [id = *id, reply = std::move(c.reply)](Result<engine::JobInfo> info) {
+    if (!info.ok()) return reply(ProblemResponse(info.status()));
+    json out = json::array();
+    for (const engine::Attempt& a : engine::ReadAttempts(info->record.attempt_log)) {
+      out.push_back({{"attempt", a.number},
+                     {"started_at", FormatRfc3339Ms(a.started_ms)},
+                     {"duration_ms", a.duration_ms},
+                     {"outcome", engine::OutcomeName(a.outcome)},
+                     {"http_status", a.http_status != 0 ? json(a.http_status) : json(nullptr)},
+                     {"error", a.error.empty() ? json(nullptr) : json(a.error)}});
+    }
+    reply(JsonResponse(200, {{"job_id", id}, {"attempts", std::move(out)}}));
+  });
 }
 
 // ---------------------------------------------------------------- pull
@@ -521,9 +531,7 @@ void Api::Settle(Call& c, engine::Engine::Settle how) {
   }
   uint32_t lease = 0;
   int64_t delay_ms = 0;
-  auto job = engine_.GetJob(*id);
-  if (!job.ok()) return c.reply(ProblemResponse(job.status()));
-  uint32_t priority = job->record.priority;
+  std::optional<uint32_t> priority;  // the job's own unless given
   for (auto& [k, v] : body->items()) {
     if (k == "lease") {
       if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > UINT32_MAX) {

@@ -187,22 +187,29 @@ void Api::ListTimers(Call& c) {
   if (!limit.ok()) return c.reply(ProblemResponse(limit.status()));
   auto cursor = QueryInt(c.query, "cursor", 0, INT64_MAX, 0);
   if (!cursor.ok()) return c.reply(ProblemResponse(cursor.status()));
-  auto page = timers_->List(static_cast<uint64_t>(*cursor), static_cast<size_t>(*limit) + 1);
-  if (!page.ok()) return c.reply(ProblemResponse(page.status()));
-  const bool more = page->size() > static_cast<size_t>(*limit);
-  if (more) page->pop_back();
-  std::string out = "{\"timers\":[";
-  for (size_t i = 0; i < page->size(); ++i) out += (i ? "," : "") + RenderTimer((*page)[i]);
-  out += "],\"next_cursor\":";
-  out += more ? "\"" + std::to_string(page->back().record.id) + "\"" : "null";
-  out += "}";
-  c.reply(JsonTextResponse(200, std::move(out)));
+  const size_t n = static_cast<size_t>(*limit);
+  timers_->List(static_cast<uint64_t>(*cursor), n + 1,
+                [n, reply = std::move(c.reply)](Result<std::vector<TimerInfo>> page) {
+                  if (!page.ok()) return reply(ProblemResponse(page.status()));
+                  const bool more = page->size() > n;
+                  if (more) page->pop_back();
+                  std::string out = "{\"timers\":[";
+                  for (size_t i = 0; i < page->size(); ++i) {
+                    out += (i ? "," : "") + RenderTimer((*page)[i]);
+                  }
+                  out += "],\"next_cursor\":";
+                  out += more ? "\"" + std::to_string(page->back().record.id) + "\"" : "null";
+                  out += "}";
+                  reply(JsonTextResponse(200, std::move(out)));
+                });
 }
 
 void Api::GetTimer(Call& c) {
   auto id = ParseId(c.params[0], "timer");
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
-  ReplyTimer(c.reply, timers_->Get(*id));
+  timers_->Get(*id, [this, reply = std::move(c.reply)](Result<TimerInfo> r) {
+    ReplyTimer(reply, std::move(r));
+  });
 }
 
 void Api::PatchTimer(Call& c) {
@@ -210,16 +217,16 @@ void Api::PatchTimer(Call& c) {
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto body = ParseBody(c.req, true);
   if (!body.ok()) return c.reply(ProblemResponse(body.status()));
-  auto current = timers_->Get(*id);
-  if (!current.ok()) return c.reply(ProblemResponse(current.status()));
-  std::string name = current->record.name;
-  TimerSpec spec = current->spec;
-  Status s =
-      ApplyTimerJson(*body, c.req.body, false, options_.limits, clock_.WallMillis(), name, spec);
-  if (!s.ok()) return c.reply(ProblemResponse(s));
-  timers_->Replace(
-      *id, std::move(name), std::move(spec),
-      [this, reply = std::move(c.reply)](Result<TimerInfo> r) { ReplyTimer(reply, std::move(r)); });
+  timers_->Get(*id, [this, id = *id, body = std::move(*body), text = c.req.body,
+                     reply = std::move(c.reply)](Result<TimerInfo> current) {
+    if (!current.ok()) return reply(ProblemResponse(current.status()));
+    std::string name = current->record.name;
+    TimerSpec spec = current->spec;
+    Status s = ApplyTimerJson(body, text, false, options_.limits, clock_.WallMillis(), name, spec);
+    if (!s.ok()) return reply(ProblemResponse(s));
+    timers_->Replace(id, std::move(name), std::move(spec),
+                     [this, reply](Result<TimerInfo> r) { ReplyTimer(reply, std::move(r)); });
+  });
 }
 
 void Api::DeleteTimer(Call& c) {
@@ -246,12 +253,14 @@ void Api::NextFires(Call& c) {
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto count = QueryInt(c.query, "count", 1, 1000, 10);
   if (!count.ok()) return c.reply(ProblemResponse(count.status()));
-  auto t = timers_->Get(*id);
-  if (!t.ok()) return c.reply(ProblemResponse(t.status()));
-  auto times = timer::TimerService::Preview(t->spec, clock_.WallMillis(), t->record.created_ms,
-                                            static_cast<size_t>(*count));
-  if (!times.ok()) return c.reply(ProblemResponse(times.status()));
-  c.reply(JsonTextResponse(200, RenderTimes(*times)));
+  timers_->Get(*id, [this, count = static_cast<size_t>(*count),
+                     reply = std::move(c.reply)](Result<TimerInfo> t) {
+    if (!t.ok()) return reply(ProblemResponse(t.status()));
+    auto times =
+        timer::TimerService::Preview(t->spec, clock_.WallMillis(), t->record.created_ms, count);
+    if (!times.ok()) return reply(ProblemResponse(times.status()));
+    reply(JsonTextResponse(200, RenderTimes(*times)));
+  });
 }
 
 void Api::PreviewTimer(Call& c) {
@@ -289,30 +298,44 @@ void Api::TimerFires(Call& c) {
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto limit = QueryInt(c.query, "limit", 1, store::kTimerFiresKept, 20);
   if (!limit.ok()) return c.reply(ProblemResponse(limit.status()));
-  auto t = timers_->Get(*id);
-  if (!t.ok()) return c.reply(ProblemResponse(t.status()));
-  auto fires = timers_->Fires(*id, static_cast<size_t>(*limit));
-  if (!fires.ok()) return c.reply(ProblemResponse(fires.status()));
-  std::string out;
-  JsonWriter w(out);
-  w.BeginObject().Key("timer_id").Uint(*id).Key("fires").BeginArray();
-  for (const store::TimerFire& f : *fires) {
-    w.BeginObject();
-    w.Key("fire_at").Time(f.fire_ms);
-    w.Key("outcome").String(f.outcome);
-    w.Key("handled_at").Time(f.at_ms);
-    w.Key("job_id");
-    f.job_id ? w.Uint(f.job_id) : w.Null();
-    // What became of the job: its state now, or null once it is gone.
-    w.Key("job_state");
-    auto job = f.job_id ? engine_.GetJob(f.job_id) : Result<engine::JobInfo>(Status::NotFound(""));
-    job.ok() ? w.String(engine::StateName(job->state)) : w.Null();
-    if (job.ok() && !job->record.last_error.empty())
-      w.Key("job_last_error").String(job->record.last_error);
-    w.EndObject();
-  }
-  w.EndArray().EndObject();
-  c.reply(JsonTextResponse(200, std::move(out)));
+  const uint64_t timer_id = *id;
+  auto render = [this, timer_id, reply = c.reply](std::vector<store::TimerFire> fires) {
+    std::vector<uint64_t> jobs;
+    for (const store::TimerFire& f : fires) jobs.push_back(f.job_id);
+    // What became of each fire's job: its state now, or null once it is gone.
+    engine_.GetJobs(jobs, [timer_id, reply, fires](std::vector<Result<engine::JobInfo>> infos) {
+      std::string out;
+      JsonWriter w(out);
+      w.BeginObject().Key("timer_id").Uint(timer_id).Key("fires").BeginArray();
+      for (size_t i = 0; i < fires.size(); ++i) {
+        const store::TimerFire& f = fires[i];
+        const Result<engine::JobInfo>& job = infos[i];
+        w.BeginObject();
+        w.Key("fire_at").Time(f.fire_ms);
+        w.Key("outcome").String(f.outcome);
+        w.Key("handled_at").Time(f.at_ms);
+        w.Key("job_id");
+        f.job_id ? w.Uint(f.job_id) : w.Null();
+        w.Key("job_state");
+        const bool found = f.job_id != 0 && job.ok();
+        found ? w.String(engine::StateName(job->state)) : w.Null();
+        if (found && !job->record.last_error.empty()) {
+          w.Key("job_last_error").String(job->record.last_error);
+        }
+        w.EndObject();
+      }
+      w.EndArray().EndObject();
+      reply(JsonTextResponse(200, std::move(out)));
+    });
+  };
+  timers_->Get(timer_id, [this, timer_id, limit = static_cast<size_t>(*limit), render,
+                          reply = std::move(c.reply)](Result<TimerInfo> t) {
+    if (!t.ok()) return reply(ProblemResponse(t.status()));
+    timers_->Fires(timer_id, limit, [render, reply](Result<std::vector<store::TimerFire>> fires) {
+      if (!fires.ok()) return reply(ProblemResponse(fires.status()));
+      render(std::move(fires).value());
+    });
+  });
 }
 
 }  // namespace delayd::http

@@ -14,13 +14,17 @@
 // that can commit a batch in one transaction and sync.
 //
 // Reads are synchronous and see every mutation whose done callback has run
-// (and possibly later ones already committed).
+// (and possibly later ones already committed). The engine makes them through
+// ReadAside, so that a store whose reads travel the network (PostgreSQL)
+// answers them from a thread of its own and the event loop never waits.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -179,7 +183,18 @@ class Store {
   // Queues mutations that commit together or not at all, in one transaction.
   virtual void SubmitAll(std::vector<Mutation> ms, Done done) = 0;
 
-  // Synchronous reads, from the engine's thread only.
+  // Runs `read`, which makes synchronous reads of this store, where it does
+  // not hold up the caller, then `then` through the completion executor. A
+  // store that reads over the network (PostgreSQL) runs `read` on a thread
+  // of its own, one read after another in call order; by default both run at
+  // once, before this returns (an embedded database answers in microseconds).
+  // See ReadAsync below for a typed form.
+  virtual void ReadAside(std::function<void()> read, std::function<void()> then) {
+    read();
+    then();
+  }
+
+  // Synchronous reads: from any one thread at a time, or inside ReadAside.
   virtual Result<std::optional<JobRecord>> Get(uint64_t id) = 0;
   // The job (any state, done included) holding `key` in `tube`.
   virtual Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
@@ -188,20 +203,11 @@ class Store {
   // Delayed jobs of one due minute with id > after_id, in id order.
   virtual Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
                                                     size_t limit) = 0;
-  // LoadMinute without waiting for it: the horizon loader's read. A store
-  // that reads on a thread of its own (PostgreSQL) answers `done` later,
-  // through the completion executor; by default the read is made at once
-  // and `done` runs before this returns (an embedded database answers in
-  // microseconds).
-  using RowsDone = std::function<void(Result<std::vector<JobRecord>>)>;
-  virtual void LoadMinuteAsync(int64_t minute, uint64_t after_id, size_t limit, RowsDone done) {
-    done(LoadMinute(minute, after_id, limit));
-  }
   // Delayed jobs of `tube` due after `after_minute`, earliest first.
   virtual Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
                                                     size_t limit) = 0;
 
-  // Timers, read synchronously like jobs.
+  // Timers, read like jobs.
   virtual Result<std::optional<TimerRecord>> GetTimer(uint64_t id) = 0;
   virtual Result<std::optional<TimerRecord>> GetTimerByName(const std::string& name) = 0;
   // A page of timers in id order, after `after_id`.
@@ -220,5 +226,15 @@ class Store {
   // Applies everything queued, runs its callbacks, and stops the writer.
   virtual void Close() = 0;
 };
+
+// store.ReadAside with a result: `done(read())`, `read` made where the
+// store makes its reads aside and `done` run through its executor.
+template <class Read, class Done>
+void ReadAsync(Store& store, Read read, Done done) {
+  using T = std::invoke_result_t<Read&>;
+  auto out = std::make_shared<std::optional<T>>();
+  store.ReadAside([out, read = std::move(read)]() mutable { out->emplace(read()); },
+                  [out, done = std::move(done)]() mutable { done(std::move(**out)); });
+}
 
 }  // namespace delayd::store

@@ -131,9 +131,9 @@ TEST_P(StoreTest, RecoverySplitsNearJobsFromFarCounts) {
   EXPECT_EQ((*far)[0].id, 3u);
 }
 
-// The loader's read without waiting: the same rows as LoadMinute, answered
-// through the executor (PostgreSQL: from a thread of its own) or at once.
-TEST_P(StoreTest, LoadMinuteAsyncAnswersTheRowsOfLoadMinute) {
+// A read aside: the same rows as the read made directly, answered through
+// the executor (PostgreSQL: read on a thread of its own) or at once.
+TEST_P(StoreTest, ReadAsyncAnswersWhatTheReadReturns) {
   const int64_t minute = 500;
   std::vector<Mutation> ms;
   for (uint64_t id = 1; id <= 5; ++id) {
@@ -143,16 +143,28 @@ TEST_P(StoreTest, LoadMinuteAsyncAnswersTheRowsOfLoadMinute) {
   Apply(std::move(ms));
   std::atomic<int> done{0};
   Result<std::vector<JobRecord>> rows = Status::Internal("not answered");
-  store_->LoadMinuteAsync(minute, 1, 10, [&](Result<std::vector<JobRecord>> r) {
-    rows = std::move(r);
-    ++done;
-  });
-  inbox_.RunUntil(done, 1);
+  Result<std::optional<JobRecord>> one = Status::Internal("not answered");
+  ReadAsync(
+      *store_, [&] { return store_->LoadMinute(minute, 1, 10); },
+      [&](Result<std::vector<JobRecord>> r) {
+        rows = std::move(r);
+        ++done;
+      });
+  ReadAsync(
+      *store_, [&] { return store_->Get(5); },
+      [&](Result<std::optional<JobRecord>> r) {
+        EXPECT_EQ(done.load(), 1) << "reads aside are answered in call order";
+        one = std::move(r);
+        ++done;
+      });
+  inbox_.RunUntil(done, 2);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   std::vector<uint64_t> ids;
   for (const JobRecord& j : *rows) ids.push_back(j.id);
   EXPECT_EQ(ids, (std::vector<uint64_t>{2, 4}));  // minute 500, after id 1, in id order
   EXPECT_EQ((*rows)[0].body, "body-2");
+  ASSERT_TRUE(one.ok() && one.value());
+  EXPECT_EQ((*one)->body, "body-5");
 }
 
 TEST_P(StoreTest, IdsNeverRepeatAfterNewestJobIsDeleted) {

@@ -113,48 +113,154 @@ Result<std::vector<int64_t>> TimerService::Preview(const TimerSpec& spec, int64_
 
 // ---------------------------------------------------------------- memory
 
+template <class Read, class Then>
+void TimerService::Aside(Read read, Then then) {
+  const uint64_t since = change_seq_;
+  reads_since_.insert(since);
+  store::ReadAsync(store_, std::move(read),
+                   [this, since, then = std::move(then)](auto result) mutable {
+                     then(std::move(result), since);
+                     EndAside(since);
+                   });
+}
+
+void TimerService::EndAside(uint64_t since) {
+  reads_since_.erase(reads_since_.find(since));
+  if (reads_since_.empty()) changed_at_.clear();
+}
+
+bool TimerService::ChangedSince(uint64_t id, uint64_t since) const {
+  auto it = changed_at_.find(id);
+  return it != changed_at_.end() && it->second > since;
+}
+
+void TimerService::Changed(uint64_t id) {
+  if (!reads_since_.empty()) changed_at_[id] = ++change_seq_;
+}
+
+TimerService::Row TimerService::ReadRow(store::Store& store, TimerRecord r) {
+  Row row{std::move(r), 0};
+  auto spec = DecodeTimerSpec(row.record.definition);
+  if (spec.ok() && spec->overlap == Overlap::kSkip) {
+    auto fires = store.TimerFires(row.record.id, 1);
+    if (fires.ok() && !fires->empty()) row.last_job_id = fires->front().job_id;
+  }
+  return row;
+}
+
 void TimerService::Load(int64_t now_ms) {
   const int64_t until = now_ms + options_.horizon_ms;
-  if (until <= loaded_until_ms_ || now_ms < load_retry_ms_) return;
+  if (loading_ || until <= loaded_until_ms_ || now_ms < load_retry_ms_) return;
+  loading_ = true;
   // Pages on (next fire, id) from the old window's end.
-  int64_t from_ms = loaded_until_ms_ - 1;
-  uint64_t after_id = static_cast<uint64_t>(INT64_MAX);
-  if (loaded_until_ms_ == 0) after_id = 0;  // the first load takes every overdue timer
-  for (;;) {
-    auto page = store_.TimersDue(from_ms, after_id, until, options_.load_chunk);
-    if (!page.ok()) {
-      if (!load_failing_) {
-        spdlog::error("timers: loading: {}; retrying every {} ms", page.status().ToString(),
-                      kLoadRetryMs);
-      }
-      load_failing_ = true;
-      load_retry_ms_ = now_ms + kLoadRetryMs;
-      return;
+  const int64_t from_ms = loaded_until_ms_ - 1;
+  // The first load takes every overdue timer.
+  const uint64_t after_id = loaded_until_ms_ == 0 ? 0 : static_cast<uint64_t>(INT64_MAX);
+  Aside(
+      [&store = store_, from_ms, after_id, until,
+       chunk = options_.load_chunk]() mutable -> Result<std::vector<Row>> {
+        std::vector<Row> rows;
+        int64_t from = from_ms;
+        uint64_t after = after_id;
+        for (;;) {
+          auto page = store.TimersDue(from, after, until, chunk);
+          if (!page.ok()) return page.status();
+          for (TimerRecord& r : *page) {
+            from = r.next_fire_ms;
+            after = r.id;
+            rows.push_back(ReadRow(store, std::move(r)));
+          }
+          if (page->size() < chunk) return rows;
+        }
+      },
+      [this, until, now_ms](Result<std::vector<Row>> rows, uint64_t since) {
+        LoadRead(std::move(rows), since, until, now_ms);
+      });
+}
+
+void TimerService::LoadRead(Result<std::vector<Row>> rows, uint64_t since, int64_t until,
+                            int64_t now_ms) {
+  loading_ = false;
+  if (!rows.ok()) {
+    if (!load_failing_) {
+      spdlog::error("timers: loading: {}; retrying every {} ms", rows.status().ToString(),
+                    kLoadRetryMs);
     }
-    for (const TimerRecord& r : *page) {
-      from_ms = r.next_fire_ms;
-      after_id = r.id;
-      if (loaded_.count(r.id)) continue;
-      auto spec = DecodeTimerSpec(r.definition);
-      auto compiled =
-          spec.ok() ? Compile(*spec) : Result<std::shared_ptr<const Compiled>>(spec.status());
-      if (!compiled.ok()) {
-        spdlog::error("timers: timer {} ({}) cannot run: {}", r.id, r.name,
-                      compiled.status().ToString());
-        continue;
-      }
-      uint64_t last_job = 0;
-      if ((*compiled)->spec.overlap == Overlap::kSkip) {
-        auto fires = store_.TimerFires(r.id, 1);
-        if (fires.ok() && !fires->empty()) last_job = fires->front().job_id;
-      }
-      Hold(r, *compiled, last_job, until);
+    load_failing_ = true;
+    load_retry_ms_ = now_ms + kLoadRetryMs;
+    ArmWake();
+    return;
+  }
+  std::vector<uint64_t> again;
+  for (const Row& row : *rows) {
+    const uint64_t id = row.record.id;
+    if (loaded_.count(id)) continue;
+    // Changed since the read: the row may be older than the change.
+    if (ChangedSince(id, since)) {
+      again.push_back(id);
+      continue;
     }
-    if (page->size() < options_.load_chunk) break;
+    HoldRow(row, until);
   }
   loaded_until_ms_ = until;
+  // A timer changed meanwhile and let go (its next fire was beyond the old
+  // window) may fire within the new one: read it again.
+  for (const auto& [id, seq] : changed_at_) {
+    if (seq > since && !loaded_.count(id) &&
+        std::find(again.begin(), again.end(), id) == again.end()) {
+      again.push_back(id);
+    }
+  }
+  if (!again.empty()) Reload(std::move(again));
   if (load_failing_) spdlog::info("timers: loading again");
   load_failing_ = false;
+  ArmWake();
+}
+
+void TimerService::Reload(std::vector<uint64_t> ids) {
+  Aside(
+      [&store = store_, ids]() -> Result<std::vector<Row>> {
+        std::vector<Row> rows;
+        for (uint64_t id : ids) {
+          auto r = store.GetTimer(id);
+          if (!r.ok()) return r.status();
+          if (r->has_value()) rows.push_back(ReadRow(store, std::move(**r)));
+        }
+        return rows;
+      },
+      [this, ids](Result<std::vector<Row>> rows, uint64_t since) {
+        if (!rows.ok()) {
+          // The window is as if never loaded for these: load it again.
+          spdlog::warn("timers: reading changed timers again: {}", rows.status().ToString());
+          loaded_until_ms_ = 0;
+          ArmWake();
+          return;
+        }
+        std::vector<uint64_t> again;
+        for (const Row& row : *rows) {
+          if (loaded_.count(row.record.id)) continue;
+          if (ChangedSince(row.record.id, since)) {
+            again.push_back(row.record.id);
+          } else {
+            HoldRow(row);
+          }
+        }
+        if (!again.empty()) Reload(std::move(again));
+        ArmWake();
+      });
+}
+
+void TimerService::HoldRow(const Row& row, int64_t window_end_ms) {
+  const TimerRecord& r = row.record;
+  auto spec = DecodeTimerSpec(r.definition);
+  auto compiled =
+      spec.ok() ? Compile(*spec) : Result<std::shared_ptr<const Compiled>>(spec.status());
+  if (!compiled.ok()) {
+    spdlog::error("timers: timer {} ({}) cannot run: {}", r.id, r.name,
+                  compiled.status().ToString());
+    return;
+  }
+  Hold(r, *compiled, row.last_job_id, window_end_ms);
 }
 
 void TimerService::Hold(const TimerRecord& record, std::shared_ptr<const Compiled> compiled,
@@ -180,6 +286,7 @@ int64_t TimerService::Lead(const TimerRecord& r) const {
 }
 
 void TimerService::Drop(uint64_t id) {
+  Changed(id);
   auto it = loaded_.find(id);
   if (it == loaded_.end()) return;
   due_.erase({it->second.process_at_ms, id});
@@ -199,9 +306,15 @@ void TimerService::Queue(Loaded& t, int64_t at_ms) {
 }
 
 void TimerService::ArmWake(bool force) {
-  // The next window step, or the retry of a failed load.
-  int64_t at = std::max(loaded_until_ms_ - options_.horizon_ms + 1000, load_retry_ms_);
+  // The next window step, or the retry of a failed load; while a load's read
+  // is out, only fires (its answer arms the next step).
+  int64_t at = loading_ ? INT64_MAX
+                        : std::max(loaded_until_ms_ - options_.horizon_ms + 1000, load_retry_ms_);
   if (!due_.empty()) at = std::min(at, due_.begin()->first);
+  if (at == INT64_MAX) {
+    armed_ms_ = -1;  // nothing to wake for
+    return;
+  }
   if (force || armed_ms_ < 0 || at != armed_ms_) {
     armed_ms_ = at;
     if (wake_) wake_(at);
@@ -221,14 +334,24 @@ void TimerService::Tick() {
   ArmWake(true);
 }
 
-bool TimerService::StillRunning(uint64_t job_id) {
-  if (job_id == 0) return false;
-  auto info = engine_.GetJob(job_id);
-  if (!info.ok()) return false;
-  return info->state != engine::JobState::kBuried && info->state != engine::JobState::kDone;
+void TimerService::Fire(Loaded& t, int64_t now) {
+  if (t.compiled->spec.overlap != Overlap::kSkip || t.last_job_id == 0) {
+    return FireNow(t, now, false);
+  }
+  // Whether the previous fire's job still runs: the engine may have to read it.
+  t.in_flight = true;
+  engine_.GetJob(t.last_job_id, [this, id = t.record.id, generation = t.generation,
+                                 now](Result<engine::JobInfo> info) {
+    auto it = loaded_.find(id);
+    if (it == loaded_.end() || it->second.generation != generation) return;  // changed meanwhile
+    const bool running = info.ok() && info->state != engine::JobState::kBuried &&
+                         info->state != engine::JobState::kDone;
+    FireNow(it->second, now, running);
+    ArmWake();
+  });
 }
 
-void TimerService::Fire(Loaded& t, int64_t now) {
+void TimerService::FireNow(Loaded& t, int64_t now, bool still_running) {
   const Compiled& c = *t.compiled;
   const TimerSpec& spec = c.spec;
   const uint64_t id = t.record.id;
@@ -259,7 +382,7 @@ void TimerService::Fire(Loaded& t, int64_t now) {
     fire_times.push_back(first);
     next = NextFire(c, first, t.record.created_ms);
   }
-  if (spec.overlap == Overlap::kSkip && !fire_times.empty() && StillRunning(t.last_job_id)) {
+  if (spec.overlap == Overlap::kSkip && !fire_times.empty() && still_running) {
     records.push_back({id, fire_times.front(), 0, "skipped-overlap", now});
     fire_times.clear();
   }
@@ -319,12 +442,17 @@ void TimerService::Fired(uint64_t id, uint64_t generation, const Status& s, int6
   } else if (s.code() == StatusCode::kConflict) {
     // The store knows better (this fire time was recorded, or the timer is
     // gone): take its row as it is.
-    auto row = store_.GetTimer(id);
-    if (row.ok() && row->has_value()) {
-      Hold(**row, t.compiled, t.last_job_id);
-    } else {
-      Drop(id);
-    }
+    Aside([&store = store_, id] { return store.GetTimer(id); },
+          [this, id, generation](Result<std::optional<TimerRecord>> row, uint64_t) {
+            auto now = loaded_.find(id);
+            if (now == loaded_.end() || now->second.generation != generation) return;
+            if (row.ok() && row->has_value()) {
+              Hold(**row, now->second.compiled, now->second.last_job_id);
+            } else {
+              Drop(id);
+            }
+            ArmWake();
+          });
   } else {
     spdlog::warn("timers: timer {} fire at {} not stored, retrying: {}", id, t.record.next_fire_ms,
                  s.ToString());
@@ -356,84 +484,109 @@ void TimerService::Put(TimerRecord record, std::shared_ptr<const Compiled> compi
 void TimerService::Create(std::string name, TimerSpec spec, InfoDone done) {
   auto compiled = Check(name, spec);
   if (!compiled.ok()) return done(compiled.status());
-  auto taken = store_.GetTimerByName(name);
-  if (!taken.ok()) return done(taken.status());
-  if (taken->has_value()) return done(NameTaken());
-  TimerRecord r;
-  r.id = next_id_++;
-  r.name = std::move(name);
-  r.definition = EncodeTimerSpec(spec);
-  r.created_ms = clock_.WallMillis();
-  r.next_fire_ms = spec.active ? NextFire(**compiled, r.created_ms, r.created_ms) : 0;
-  Put(std::move(r), *compiled, std::move(done));
+  store::ReadAsync(
+      store_, [&store = store_, name] { return store.GetTimerByName(name); },
+      [this, name, spec, compiled = *compiled,
+       done = std::move(done)](Result<std::optional<TimerRecord>> taken) mutable {
+        if (!taken.ok()) return done(taken.status());
+        if (taken->has_value()) return done(NameTaken());
+        TimerRecord r;
+        r.id = next_id_++;
+        r.name = std::move(name);
+        r.definition = EncodeTimerSpec(spec);
+        r.created_ms = clock_.WallMillis();
+        r.next_fire_ms = spec.active ? NextFire(*compiled, r.created_ms, r.created_ms) : 0;
+        Put(std::move(r), compiled, std::move(done));
+      });
 }
 
 void TimerService::Replace(uint64_t id, std::string name, TimerSpec spec, InfoDone done) {
   auto compiled = Check(name, spec);
   if (!compiled.ok()) return done(compiled.status());
-  auto row = store_.GetTimer(id);
-  if (!row.ok()) return done(row.status());
-  if (!row->has_value()) return done(Status::NotFound("no such timer"));
-  auto taken = store_.GetTimerByName(name);
-  if (!taken.ok()) return done(taken.status());
-  if (taken->has_value() && (*taken)->id != id) return done(NameTaken());
-  TimerRecord r = **row;
-  r.name = std::move(name);
-  r.definition = EncodeTimerSpec(spec);
-  r.next_fire_ms = spec.active ? NextFire(**compiled, clock_.WallMillis(), r.created_ms) : 0;
-  Put(std::move(r), *compiled, std::move(done));
+  using Rows = std::pair<Result<std::optional<TimerRecord>>, Result<std::optional<TimerRecord>>>;
+  store::ReadAsync(
+      store_,
+      [&store = store_, id, name] {
+        return Rows{store.GetTimer(id), store.GetTimerByName(name)};
+      },
+      [this, id, name, spec, compiled = *compiled, done = std::move(done)](Rows rows) mutable {
+        auto& [row, taken] = rows;
+        if (!row.ok()) return done(row.status());
+        if (!row->has_value()) return done(Status::NotFound("no such timer"));
+        if (!taken.ok()) return done(taken.status());
+        if (taken->has_value() && (*taken)->id != id) return done(NameTaken());
+        TimerRecord r = **row;
+        r.name = std::move(name);
+        r.definition = EncodeTimerSpec(spec);
+        r.next_fire_ms = spec.active ? NextFire(*compiled, clock_.WallMillis(), r.created_ms) : 0;
+        Put(std::move(r), compiled, std::move(done));
+      });
 }
 
 void TimerService::SetActive(uint64_t id, bool active, InfoDone done) {
-  auto row = store_.GetTimer(id);
-  if (!row.ok()) return done(row.status());
-  if (!row->has_value()) return done(Status::NotFound("no such timer"));
-  TimerRecord r = **row;
-  auto spec = DecodeTimerSpec(r.definition);
-  if (!spec.ok()) return done(spec.status());
-  if (spec->active == active) return done(TimerInfo{r, *spec});
-  spec->active = active;
-  auto compiled = Compile(*spec);
-  if (!compiled.ok()) return done(compiled.status());
-  r.definition = EncodeTimerSpec(*spec);
-  // Resumed, it picks up after its last fire: the ones missed while paused
-  // then meet its misfire policy.
-  const int64_t from = r.last_fire_ms > 0 ? r.last_fire_ms : clock_.WallMillis();
-  r.next_fire_ms = active ? NextFire(**compiled, from, r.created_ms) : 0;
-  Put(std::move(r), *compiled, std::move(done));
+  store::ReadAsync(
+      store_, [&store = store_, id] { return store.GetTimer(id); },
+      [this, active, done = std::move(done)](Result<std::optional<TimerRecord>> row) mutable {
+        if (!row.ok()) return done(row.status());
+        if (!row->has_value()) return done(Status::NotFound("no such timer"));
+        TimerRecord r = **row;
+        auto spec = DecodeTimerSpec(r.definition);
+        if (!spec.ok()) return done(spec.status());
+        if (spec->active == active) return done(TimerInfo{r, *spec});
+        spec->active = active;
+        auto compiled = Compile(*spec);
+        if (!compiled.ok()) return done(compiled.status());
+        r.definition = EncodeTimerSpec(*spec);
+        // Resumed, it picks up after its last fire: the ones missed while
+        // paused then meet its misfire policy.
+        const int64_t from = r.last_fire_ms > 0 ? r.last_fire_ms : clock_.WallMillis();
+        r.next_fire_ms = active ? NextFire(**compiled, from, r.created_ms) : 0;
+        Put(std::move(r), *compiled, std::move(done));
+      });
 }
 
 void TimerService::Delete(uint64_t id, Done done) {
-  auto row = store_.GetTimer(id);
-  if (!row.ok()) return done(row.status());
-  if (!row->has_value()) return done(Status::NotFound("no such timer"));
-  Drop(id);
-  store_.Submit(Mutation::TimerDelete(id), std::move(done));
+  store::ReadAsync(
+      store_, [&store = store_, id] { return store.GetTimer(id); },
+      [this, id, done = std::move(done)](Result<std::optional<TimerRecord>> row) mutable {
+        if (!row.ok()) return done(row.status());
+        if (!row->has_value()) return done(Status::NotFound("no such timer"));
+        Drop(id);
+        store_.Submit(Mutation::TimerDelete(id), std::move(done));
+      });
 }
 
-Result<TimerInfo> TimerService::Get(uint64_t id) {
-  auto row = store_.GetTimer(id);
-  if (!row.ok()) return row.status();
-  if (!row->has_value()) return Status::NotFound("no such timer");
-  auto spec = DecodeTimerSpec((*row)->definition);
-  if (!spec.ok()) return spec.status();
-  return TimerInfo{**row, *spec};
+void TimerService::Get(uint64_t id, InfoDone done) {
+  store::ReadAsync(
+      store_, [&store = store_, id] { return store.GetTimer(id); },
+      [done = std::move(done)](Result<std::optional<TimerRecord>> row) {
+        if (!row.ok()) return done(row.status());
+        if (!row->has_value()) return done(Status::NotFound("no such timer"));
+        auto spec = DecodeTimerSpec((*row)->definition);
+        if (!spec.ok()) return done(spec.status());
+        done(TimerInfo{**row, *spec});
+      });
 }
 
-Result<std::vector<TimerInfo>> TimerService::List(uint64_t after_id, size_t limit) {
-  auto rows = store_.ListTimers(after_id, limit);
-  if (!rows.ok()) return rows.status();
-  std::vector<TimerInfo> out;
-  for (TimerRecord& r : *rows) {
-    auto spec = DecodeTimerSpec(r.definition);
-    if (!spec.ok()) return spec.status();
-    out.push_back({std::move(r), std::move(*spec)});
-  }
-  return out;
+void TimerService::List(uint64_t after_id, size_t limit, ListDone done) {
+  store::ReadAsync(
+      store_, [&store = store_, after_id, limit] { return store.ListTimers(after_id, limit); },
+      [done = std::move(done)](Result<std::vector<TimerRecord>> rows) {
+        if (!rows.ok()) return done(rows.status());
+        std::vector<TimerInfo> out;
+        for (TimerRecord& r : *rows) {
+          auto spec = DecodeTimerSpec(r.definition);
+          if (!spec.ok()) return done(spec.status());
+          out.push_back({std::move(r), std::move(*spec)});
+        }
+        done(std::move(out));
+      });
 }
 
-Result<std::vector<TimerFire>> TimerService::Fires(uint64_t id, size_t limit) {
-  return store_.TimerFires(id, limit);
+void TimerService::Fires(uint64_t id, size_t limit, FiresDone done) {
+  store::ReadAsync(
+      store_, [&store = store_, id, limit] { return store.TimerFires(id, limit); },
+      std::move(done));
 }
 
 }  // namespace delayd::timer

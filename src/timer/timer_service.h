@@ -10,6 +10,10 @@
 // exactly at it, so it fires with a delayed job's precision. Only timers firing within the
 // horizon are held in memory; the rest are rows, loaded as their time nears.
 //
+// Reads of the store go aside (Store::ReadAside), as the engine's do: the
+// event loop never waits for them. A row read while the timer changed (the
+// API, or a fire) may be older than the change, so such rows are read again.
+//
 // Threading: the engine's loop thread only.
 #pragma once
 
@@ -56,6 +60,8 @@ class TimerService {
   using WakeFn = std::function<void(int64_t wall_ms)>;
   using Done = std::function<void(const Status&)>;
   using InfoDone = std::function<void(Result<TimerInfo>)>;
+  using ListDone = std::function<void(Result<std::vector<TimerInfo>>)>;
+  using FiresDone = std::function<void(Result<std::vector<store::TimerFire>>)>;
 
   TimerService(store::Store& store, engine::Engine& engine, const Clock& clock,
                TimerOptions options, WakeFn wake);
@@ -63,8 +69,8 @@ class TimerService {
   TimerService(const TimerService&) = delete;
   TimerService& operator=(const TimerService&) = delete;
 
-  // Reads the next timer id and loads the first window. Call once, after
-  // the engine recovered.
+  // Reads the next timer id (at once: the server is not serving yet) and
+  // starts loading the first window. Call once, after the engine recovered.
   Status Start();
   // Fires what is due and loads timers as their time nears.
   void Tick();
@@ -80,9 +86,9 @@ class TimerService {
   void SetActive(uint64_t id, bool active, InfoDone done);
   void Delete(uint64_t id, Done done);
 
-  Result<TimerInfo> Get(uint64_t id);
-  Result<std::vector<TimerInfo>> List(uint64_t after_id, size_t limit);
-  Result<std::vector<store::TimerFire>> Fires(uint64_t id, size_t limit);
+  void Get(uint64_t id, InfoDone done);
+  void List(uint64_t after_id, size_t limit, ListDone done);
+  void Fires(uint64_t id, size_t limit, FiresDone done);
   // The next `count` fire times of `spec` after `after_ms`, within its start
   // and end; `anchor_ms` is the @every origin when the spec has no start.
   static Result<std::vector<int64_t>> Preview(const TimerSpec& spec, int64_t after_ms,
@@ -113,7 +119,27 @@ class TimerService {
   // The first fire strictly after `after_ms` within start and end; 0: none.
   static int64_t NextFire(const Compiled& c, int64_t after_ms, int64_t created_ms);
 
+  // A timer's row as a load reads it, with the job of its latest fire when
+  // its overlap policy needs it.
+  struct Row {
+    store::TimerRecord record;
+    uint64_t last_job_id = 0;
+  };
+  // Reads aside; `then(result, since)` as in the engine.
+  template <class Read, class Then>
+  void Aside(Read read, Then then);
+  void EndAside(uint64_t since);
+  bool ChangedSince(uint64_t id, uint64_t since) const;
+  void Changed(uint64_t id);
+  // Reads `r`'s row with the job of its latest fire (on the read thread).
+  static Row ReadRow(store::Store& store, store::TimerRecord r);
+
   void Load(int64_t now_ms);
+  void LoadRead(Result<std::vector<Row>> rows, uint64_t since, int64_t until, int64_t now_ms);
+  // Reads `ids` again and holds those in the window.
+  void Reload(std::vector<uint64_t> ids);
+  // Holds a row read from the store, unless its definition cannot run.
+  void HoldRow(const Row& row, int64_t window_end_ms = 0);
   // Holds `record` in memory if it fires before `window_end_ms` (0: the
   // loaded window's end), else lets it go.
   void Hold(const store::TimerRecord& record, std::shared_ptr<const Compiled> compiled,
@@ -122,9 +148,10 @@ class TimerService {
   int64_t Lead(const store::TimerRecord& r) const;
   void Queue(Loaded& t, int64_t at_ms);
   void Fire(Loaded& t, int64_t now_ms);
+  // Fire, knowing whether its latest fire's job still runs.
+  void FireNow(Loaded& t, int64_t now_ms, bool still_running);
   void Fired(uint64_t id, uint64_t generation, const Status& s, int64_t next_ms, int64_t last_ms,
              uint64_t job_id);
-  bool StillRunning(uint64_t job_id);
   // Sets the job of `t`'s latest fire, which the engine's kEnded clears.
   void SetLastJob(uint64_t timer_id, Loaded& t, uint64_t job_id);
   void Put(store::TimerRecord record, std::shared_ptr<const Compiled> compiled, InfoDone done);
@@ -148,6 +175,12 @@ class TimerService {
   // than this wall time, and the failure is logged once until a load succeeds.
   int64_t load_retry_ms_ = 0;
   bool load_failing_ = false;
+  bool loading_ = false;  // a load's read is in flight
+  // Reads aside in flight (change_seq_ at each one's start), and the timers
+  // changed meanwhile: id -> change_seq_ of its latest change.
+  uint64_t change_seq_ = 0;
+  std::multiset<uint64_t> reads_since_;
+  std::unordered_map<uint64_t, uint64_t> changed_at_;
   int64_t armed_ms_ = -1;
   uint64_t generation_ = 0;
 };

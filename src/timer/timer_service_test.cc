@@ -81,12 +81,26 @@ class TimerServiceTest : public ::testing::Test {
     EXPECT_TRUE(out->ok()) << out->status().ToString();
     return out->ok() ? **out : TimerInfo{};
   }
+  Result<engine::JobInfo> GetByKey(const std::string& topic, const std::string& key) {
+    return work_.Answer<engine::JobInfo>([&](auto done) { engine_->GetByKey(topic, key, done); });
+  }
+  Result<TimerInfo> Get(uint64_t id) {
+    return work_.Answer<TimerInfo>([&](auto done) { timers_->Get(id, done); });
+  }
+  Result<std::vector<store::TimerFire>> Fires(uint64_t id, size_t limit) {
+    return work_.Answer<std::vector<store::TimerFire>>(
+        [&](auto done) { timers_->Fires(id, limit, done); });
+  }
+  Result<std::vector<TimerInfo>> List(uint64_t after_id, size_t limit) {
+    return work_.Answer<std::vector<TimerInfo>>(
+        [&](auto done) { timers_->List(after_id, limit, done); });
+  }
   // The fire times of the jobs the timer created, from their keys, oldest first.
   std::vector<int64_t> JobFireTimes(uint64_t timer_id) {
     engine::ListFilter f;
     f.key_prefix = "timer:" + std::to_string(timer_id) + ":";
     f.limit = 1000;
-    auto page = engine_->List(f);
+    auto page = work_.Answer<engine::ListPage>([&](auto done) { engine_->List(f, done); });
     EXPECT_TRUE(page.ok());
     std::vector<int64_t> out;
     for (const auto& j : page->jobs) {
@@ -118,8 +132,8 @@ TEST_F(TimerServiceTest, EachFireCreatesOneJobDueAtItsFireTime) {
   Run(5000);
   EXPECT_EQ(JobFireTimes(t.record.id), Every(kStartMs + 1000, kStartMs + 5000, 1000));
   // Each job is due exactly at its fire time, with the template's body.
-  auto job = engine_->GetByKey(
-      "t", "timer:" + std::to_string(t.record.id) + ":" + std::to_string(kStartMs + 3000));
+  auto job =
+      GetByKey("t", "timer:" + std::to_string(t.record.id) + ":" + std::to_string(kStartMs + 3000));
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->record.due_ms, kStartMs + 3000);
   EXPECT_EQ(job->record.body, "tick");
@@ -127,7 +141,7 @@ TEST_F(TimerServiceTest, EachFireCreatesOneJobDueAtItsFireTime) {
   EXPECT_EQ(JobFireTimes(t.record.id).back(), kStartMs + 5000);
   Run(800);
   EXPECT_EQ(JobFireTimes(t.record.id).back(), kStartMs + 6000);
-  auto fires = timers_->Fires(t.record.id, 100);
+  auto fires = Fires(t.record.id, 100);
   ASSERT_TRUE(fires.ok());
   ASSERT_EQ(fires->size(), 6u);
   EXPECT_EQ(fires->front().fire_ms, kStartMs + 6000);
@@ -164,7 +178,7 @@ TEST_F(TimerServiceTest, AFailedStoreWriteIsRetriedAndItsFireHappensOnce) {
   flaky_->failing = true;  // the disk is full when the first fire is written
   Run(1500, 50);
   EXPECT_TRUE(JobFireTimes(t.record.id).empty());
-  EXPECT_EQ(timers_->Get(t.record.id)->record.next_fire_ms, kStartMs + 1000) << "not advanced";
+  EXPECT_EQ(Get(t.record.id)->record.next_fire_ms, kStartMs + 1000) << "not advanced";
   flaky_->failing = false;
   Run(1500, 50);  // retried within a second; the next fire on time
   EXPECT_EQ(JobFireTimes(t.record.id), Every(kStartMs + 1000, kStartMs + 3000, 1000));
@@ -212,15 +226,15 @@ TEST_F(TimerServiceTest, OverlapSkipWaitsForThePreviousJob) {
   Run(2000, 50);  // the +1 s job is ready and nobody took it; +2 s is skipped
   std::vector<int64_t> fired = JobFireTimes(t.record.id);
   EXPECT_EQ(fired, std::vector<int64_t>{kStartMs + 1000});
-  auto fires = timers_->Fires(t.record.id, 10);
+  auto fires = Fires(t.record.id, 10);
   ASSERT_TRUE(fires.ok());
   ASSERT_GE(fires->size(), 2u);
   EXPECT_EQ(fires->front().fire_ms, kStartMs + 2000);
   EXPECT_EQ(fires->front().outcome, "skipped-overlap");
   EXPECT_EQ(fires->front().job_id, 0u);
   // Once the job is done, fires resume.
-  auto job = engine_->GetByKey(
-      "t", "timer:" + std::to_string(t.record.id) + ":" + std::to_string(kStartMs + 1000));
+  auto job =
+      GetByKey("t", "timer:" + std::to_string(t.record.id) + ":" + std::to_string(kStartMs + 1000));
   ASSERT_TRUE(job.ok());
   std::optional<Status> removed;
   engine_->Remove(job->record.id, [&](const Status& s) { removed = s; });
@@ -239,7 +253,7 @@ TEST_F(TimerServiceTest, EndTimeIsHonouredAndPreviewMatchesWhatFires) {
   TimerInfo t = Create("until", spec);
   Run(10'000, 100);
   EXPECT_EQ(JobFireTimes(t.record.id), *preview);
-  auto row = timers_->Get(t.record.id);
+  auto row = Get(t.record.id);
   ASSERT_TRUE(row.ok());
   EXPECT_EQ(row->record.next_fire_ms, 0) << "an ended timer has no next fire";
   EXPECT_EQ(timers_->loaded(), 0u);
@@ -274,6 +288,39 @@ TEST_F(TimerServiceTest, AFailedLoadIsRetriedASecondLaterNotAtOnce) {
   EXPECT_EQ(JobFireTimes(soon.record.id), std::vector<int64_t>{kStartMs + 30'000});
 }
 
+// Reads go aside: a timer replaced while the next window is being read
+// must not come back from the row read before the change (it would fire
+// under its old schedule); its row is read again.
+TEST_F(TimerServiceTest, ATimerChangedWhileTheWindowIsBeingReadIsReadAgain) {
+  TimerInfo t = Create("t1", Spec("30 1 0 * * *"));  // 00:01:30, beyond the first window
+  Run(30'000, 1000);
+  EXPECT_EQ(timers_->loaded(), 0u);
+  flaky_->defer_reads = true;
+  std::optional<Result<TimerInfo>> replaced;
+  timers_->Replace(t.record.id, "t1", Spec("0 0 9 * * *"),  // 09:00
+                   [&](Result<TimerInfo> r) { replaced.emplace(std::move(r)); });
+  clock_.AdvanceMillis(1000);
+  wake_ms_ = -1;
+  timers_->Tick();  // the window now reaches 00:01:30: its read sees the old row
+  ASSERT_EQ(flaky_->reads_deferred(), 2u);
+  // Nothing is due meanwhile: no wake-up until the read is answered (a wake
+  // at the window step, now past, would spin the loop).
+  EXPECT_EQ(wake_ms_, -1);
+  flaky_->DeliverOneRead();  // the replace's: it writes the new definition
+  RunUntil([&] { return replaced.has_value(); });
+  ASSERT_TRUE(replaced->ok()) << replaced->status().ToString();
+  flaky_->defer_reads = false;
+  flaky_->DeliverReads();  // the window's, read before the replace
+  RunPosted();
+  EXPECT_EQ(timers_->loaded(), 0u) << "held under its old schedule";
+  Run(70'000, 1000);
+  EXPECT_TRUE(JobFireTimes(t.record.id).empty());
+  auto row = Get(t.record.id);
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(row->spec.schedule, "0 0 9 * * *");
+  EXPECT_EQ(row->record.next_fire_ms, kStartMs + 9 * 3'600'000);
+}
+
 TEST_F(TimerServiceTest, BadDefinitionsNameTheirField) {
   auto field = [&](const std::string& name, TimerSpec spec) {
     std::optional<Result<TimerInfo>> out;
@@ -294,7 +341,7 @@ TEST_F(TimerServiceTest, BadDefinitionsNameTheirField) {
   EXPECT_EQ(field("a", backwards), "end_at");
   Create("taken", Spec("* * * * *"));
   EXPECT_EQ(field("taken", Spec("0 * * * *")), "name");
-  auto list = timers_->List(0, 10);
+  auto list = List(0, 10);
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->size(), 1u) << "a refused definition stores nothing";
 }

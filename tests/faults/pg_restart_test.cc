@@ -1,11 +1,13 @@
-// PostgreSQL crashing under delayd: `pg_ctl stop -m immediate` (no shutdown
-// checkpoint), then a start that recovers from the WAL, while clients put
-// jobs over beanstalk and HTTP. While the database is down, writes get the
+// PostgreSQL misbehaving under delayd. A crash: `pg_ctl stop -m immediate`
+// (no shutdown checkpoint), then a start that recovers from the WAL, while
+// clients put jobs over beanstalk and HTTP. While the database is down, writes get the
 // documented retryable errors (beanstalk INTERNAL_ERROR, HTTP 503
 // storage-unavailable) and what delayd holds in memory can still be read;
 // delayd reconnects by itself; every acknowledged job is there afterwards.
-// The test runs a PostgreSQL of its own (scripts/pg-temp), since it restarts it.
+// And a stall: a read PostgreSQL holds back holds up only the reply that
+// needs it. The tests run a PostgreSQL of their own (scripts/pg-temp).
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 
 #include <atomic>
 #include <chrono>
@@ -168,6 +170,46 @@ TEST(PgRestartTest, ACrashOfPostgresLosesNoAcknowledgedJobAndDelaydRecoversByIts
   check_all("after the PostgreSQL restart");
   server.Restart();
   check_all("after a restart of delayd");
+}
+
+// Another session locks the jobs table, so every read of it waits. A peek
+// of a job beyond the horizon needs such a read: its reply waits for the
+// lock. The event loop does not: other clients are served from memory in
+// the meantime (each reply within its 2 s deadline; none of them needs
+// the store, reservations live in memory), and the peek is
+// answered once the lock is gone.
+TEST(PgRestartTest, AReadPostgresHoldsBackHoldsUpOnlyTheReplyThatNeedsIt) {
+  OwnPostgres pg;
+  const std::string dir = MakeTempDir("delayd-pg-stall-data");
+  DelaydServer server(dir + "/data", {"--store", pg.uri()});
+  Client c(server.port());
+  const uint64_t ready = c.Put("ready");
+  const uint64_t far = c.Put("far", 0, 3600);
+  PGconn* locker = PQconnectdb(pg.uri().c_str());
+  ASSERT_EQ(PQstatus(locker), CONNECTION_OK) << PQerrorMessage(locker);
+  PGresult* r = PQexec(locker, "BEGIN; LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE");
+  ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(locker);
+  PQclear(r);
+
+  Client slow(server.port());
+  slow.Send("peek " + std::to_string(far) + "\r\n");
+  EXPECT_TRUE(slow.Silent(std::chrono::milliseconds(300))) << "answered without its read";
+  Client other(server.port());
+  const std::chrono::seconds limit(2);
+  EXPECT_EQ(other.Cmd("peek " + std::to_string(ready), limit),
+            "FOUND " + std::to_string(ready) + " 5\r\nready\r\n");
+  EXPECT_EQ(Field(other.Cmd("stats", limit), "current-jobs-delayed"), "1");
+  EXPECT_EQ(other.Cmd("reserve-with-timeout 0", limit),
+            "RESERVED " + std::to_string(ready) + " 5\r\nready\r\n");
+  EXPECT_EQ(other.Cmd("list-tubes", limit), "OK 14\r\n---\n- default\n\r\n");
+  EXPECT_EQ(HttpCall(server.http_port(), "GET", "/v1/topics/default").status, 200);
+  EXPECT_TRUE(slow.Silent(std::chrono::milliseconds(50))) << "answered while the lock is held";
+
+  r = PQexec(locker, "COMMIT");
+  EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK);
+  PQclear(r);
+  PQfinish(locker);
+  EXPECT_EQ(slow.Reply(), "FOUND " + std::to_string(far) + " 3\r\nfar\r\n");
 }
 
 }  // namespace

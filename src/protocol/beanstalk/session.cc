@@ -148,7 +148,7 @@ bool Session::StepCommand() {
   }
   Command cmd = ParseCommand(std::string_view(data, len - 2));
   const bool is_put = cmd.op == Op::kPut && cmd.error == ParseError::kNone;
-  if (reserve_slot_ != nullptr || (!is_put && puts_pending_ > 0)) {
+  if (reserve_slot_ != nullptr || reserving_job_ || (!is_put && puts_pending_ > 0)) {
     return false;  // runs when the reserve or the puts before it are answered
   }
   in_pos_ += len;
@@ -165,7 +165,7 @@ bool Session::StepSkipLine() {
     in_pos_ += kLineMax;
     return true;
   }
-  if (reserve_slot_ != nullptr) return false;
+  if (reserve_slot_ != nullptr || reserving_job_) return false;
   in_pos_ += len;
   mode_ = Mode::kCommand;
   Reply(reply::kBadFormat);
@@ -202,6 +202,16 @@ bool Session::StepDiscard() {
 
 // ---------------------------------------------------------------- commands
 
+template <class T, class Ok>
+std::function<void(Result<T>)> Session::FillWith(Ok ok) {
+  Slot* slot = NewSlot();
+  return [w = weak_from_this(), slot, ok = std::move(ok)](Result<T> r) {
+    auto self = w.lock();
+    if (!self || self->closed_) return;
+    self->Fill(slot, r.ok() ? ok(r.value()) : StatusReply(r.status(), ""));
+  };
+}
+
 void Session::Execute(Command& cmd) {
   if (cmd.counted) ++ctx_.counters.ops[static_cast<size_t>(cmd.op)];
   if (cmd.error == ParseError::kBadFormat) return Reply(reply::kBadFormat);
@@ -210,6 +220,10 @@ void Session::Execute(Command& cmd) {
   auto job_or_status = [&](std::string_view word, const Result<engine::JobView>& r) {
     if (r.ok()) return Reply(JobReply(word, r->id, *r->body));
     Reply(StatusReply(r.status(), ""));
+  };
+  auto fill_job = [this](std::string_view word) {
+    return FillWith<engine::JobView>(
+        [word](const engine::JobView& job) { return JobReply(word, job.id, *job.body); });
   };
   switch (cmd.op) {
     case Op::kPut:
@@ -229,11 +243,11 @@ void Session::Execute(Command& cmd) {
       mode_ = Mode::kBody;
       return;
     case Op::kPeek:
-      return job_or_status("FOUND", e.Peek(cmd.id));
+      return e.Peek(cmd.id, fill_job("FOUND"));
     case Op::kPeekReady:
       return job_or_status("FOUND", e.PeekReady(client_));
     case Op::kPeekDelayed:
-      return job_or_status("FOUND", e.PeekDelayed(client_));
+      return e.PeekDelayed(client_, fill_job("FOUND"));
     case Op::kPeekBuried:
       return job_or_status("FOUND", e.PeekBuried(client_));
     case Op::kReserve:
@@ -243,8 +257,15 @@ void Session::Execute(Command& cmd) {
         worker_ = true;
         ++ctx_.counters.workers;
       }
-      if (cmd.op == Op::kReserveJob)
-        return job_or_status("RESERVED", e.ReserveJob(client_, cmd.id));
+      if (cmd.op == Op::kReserveJob) {
+        reserving_job_ = true;
+        auto fill = fill_job("RESERVED");
+        return e.ReserveJob(client_, cmd.id,
+                            [w = weak_from_this(), fill](Result<engine::JobView> r) {
+                              if (auto self = w.lock()) self->reserving_job_ = false;
+                              fill(std::move(r));
+                            });
+      }
       reserve_slot_ = NewSlot();
       e.Reserve(client_, cmd.op == Op::kReserve || cmd.timeout_s < 0 ? -1 : cmd.timeout_s * 1000);
       return;
@@ -266,11 +287,10 @@ void Session::Execute(Command& cmd) {
       return Reply(YamlReply(
           ServerStatsYaml(e.Stats(), ctx_.counters, ctx_.process, ctx_.clock.SteadyMicros())));
     }
-    case Op::kStatsJob: {
-      auto r = e.StatsJob(cmd.id);
-      if (!r.ok()) return Reply(StatusReply(r.status(), ""));
-      return Reply(YamlReply(JobStatsYaml(r.value())));
-    }
+    case Op::kStatsJob:
+      return e.StatsJob(cmd.id, FillWith<engine::JobStats>([](const engine::JobStats& s) {
+                          return YamlReply(JobStatsYaml(s));
+                        }));
     case Op::kStatsTube: {
       auto r = e.StatsTube(cmd.tube);
       if (!r.ok()) return Reply(StatusReply(r.status(), ""));

@@ -91,6 +91,9 @@ class Session : public std::enable_shared_from_this<Session>, public engine::Cli
   std::function<void(const Status&)> FillOnDone(std::string_view ok);
   // Fills `slot` with "<word> <n>\r\n" on success (INSERTED, KICKED).
   std::function<void(Result<uint64_t>)> FillWithNumber(std::string_view word, Slot* slot);
+  // Fills a new slot with `ok(value)` on success, else the error's reply.
+  template <class T, class Ok>
+  std::function<void(Result<T>)> FillWith(Ok ok);
   void Flush();
   bool OutputFull() const { return queued_bytes_ > kMaxQueuedOutput; }
   bool InputPaused() const;
@@ -115,6 +118,9 @@ class Session : public std::enable_shared_from_this<Session>, public engine::Cli
   size_t puts_pending_ = 0;       // put replies not yet ready
   size_t pending_ = 0;            // replies not yet ready
   Slot* reserve_slot_ = nullptr;  // the blocked reserve, if any
+  // A reserve-job not yet answered (the job was read from the store): later
+  // commands wait for it, as they may act on the job it reserves.
+  bool reserving_job_ = false;
 
   std::string out_;  // replies being written
   size_t queued_bytes_ = 0;

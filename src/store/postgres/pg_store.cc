@@ -457,7 +457,6 @@ PgStore::PgStore(PgOptions options, Executor executor)
       writer_(std::make_unique<Link>(options_.conninfo, "writer", true)),
       syncer_(std::make_unique<Link>(options_.conninfo, "syncer", false)),
       reader_(std::make_unique<Link>(options_.conninfo, "reader", false)),
-      loader_(std::make_unique<Link>(options_.conninfo, "loader", false)),
       executor_(executor),
       queue_(*this, {.max_batch = options_.max_batch, .sync_delay_ms = options_.sync_delay_ms},
              std::move(executor)) {}
@@ -484,8 +483,7 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
     Status s = pg::Migrate(**migrator, store->options_.shards, &store->shards_);
     if (!s.ok()) return s;
   }
-  for (Link* link :
-       {store->writer_.get(), store->syncer_.get(), store->reader_.get(), store->loader_.get()}) {
+  for (Link* link : {store->writer_.get(), store->syncer_.get(), store->reader_.get()}) {
     auto c = link->Get();
     if (!c.ok()) return c.status();
   }
@@ -494,49 +492,75 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
   store->commit_seq_ = PQntuples(seq->get()) ? pg::GetInt(seq->get(), 0, 0) : 0;
   store->writer_connects_ = store->synced_writer_connects_ = store->writer_->connects();
   store->queue_.Start();
-  store->load_thread_ = std::thread([s = store.get()] { s->LoadLoop(); });
+  store->read_thread_ = std::thread([s = store.get()] { s->ReadLoop(); });
   return store;
 }
 
 PgStore::~PgStore() { Close(); }
 
-// The loader's reads still queued are made, and answered, before it stops.
+// Reads still queued are made, and answered, before the read thread stops.
 void PgStore::Close() {
   queue_.Close();
   {
-    std::lock_guard lock(load_mu_);
-    load_stop_ = true;
+    std::lock_guard lock(read_mu_);
+    reads_stopped_ = true;
   }
-  load_cv_.notify_all();
-  if (load_thread_.joinable()) load_thread_.join();
+  read_cv_.notify_all();
+  if (read_thread_.joinable()) read_thread_.join();
 }
 
-void PgStore::LoadLoop() {
+namespace {
+// The store whose read thread this is, if it is one.
+thread_local const PgStore* reading_for = nullptr;
+}  // namespace
+
+void PgStore::ReadLoop() {
+  reading_for = this;
   for (;;) {
     std::function<void()> work;
     {
-      std::unique_lock lock(load_mu_);
-      load_cv_.wait(lock, [&] { return load_stop_ || !loads_.empty(); });
-      if (loads_.empty()) return;
-      work = std::move(loads_.front());
-      loads_.pop_front();
+      std::unique_lock lock(read_mu_);
+      read_cv_.wait(lock, [&] { return reads_stopped_ || !reads_.empty(); });
+      if (reads_.empty()) return;
+      work = std::move(reads_.front());
+      reads_.pop_front();
     }
     work();
   }
 }
 
-void PgStore::LoadMinuteAsync(int64_t minute, uint64_t after_id, size_t limit, RowsDone done) {
-  std::lock_guard lock(load_mu_);
-  if (load_stop_) {
-    executor_([done = std::move(done)] { done(Status::IoError("postgres: store closed")); });
-    return;
+void PgStore::ReadAside(std::function<void()> read, std::function<void()> then) {
+  {
+    std::lock_guard lock(read_mu_);
+    if (!reads_stopped_) {
+      reads_.push_back([this, read = std::move(read), then = std::move(then)]() mutable {
+        read();
+        executor_(std::move(then));
+      });
+      read_cv_.notify_all();
+      return;
+    }
   }
-  loads_.push_back([this, minute, after_id, limit, done = std::move(done)]() mutable {
-    auto rows = LoadMinuteOn(*loader_, minute, after_id, limit);
-    executor_(
-        [done = std::move(done), rows = std::move(rows)]() mutable { done(std::move(rows)); });
+  read();  // closed: the read thread is gone, and the reader's connection free
+  executor_(std::move(then));
+}
+
+void PgStore::OnReadThread(const std::function<void()>& fn) {
+  if (reading_for == this) return fn();
+  std::unique_lock lock(read_mu_);
+  if (reads_stopped_ || !read_thread_.joinable()) {  // Open, or after Close
+    lock.unlock();
+    return fn();
+  }
+  bool done = false;
+  reads_.push_back([&] {
+    fn();
+    std::lock_guard l(read_mu_);
+    done = true;
+    read_done_cv_.notify_all();
   });
-  load_cv_.notify_one();
+  read_cv_.notify_all();
+  read_done_cv_.wait(lock, [&] { return done; });
 }
 
 StoreStats PgStore::stats() const { return queue_.stats(); }
@@ -699,22 +723,31 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   return Status::Ok();
 }
 
-Result<PgResult> PgStore::Read(Link& link, const std::function<Result<PgResult>(PgConn&)>& run) {
-  auto c = link.Get();
-  if (!c.ok()) return c.status();
-  auto r = run(**c);
-  // An idle connection finds out at its next use that the server restarted:
-  // connect again and read once more (reads change nothing).
-  if (!r.ok() && !(*c)->ok()) {
-    c = link.Get();
-    if (!c.ok()) return c.status();
+Result<PgResult> PgStore::Read(const std::function<Result<PgResult>(PgConn&)>& run) {
+  Result<PgResult> r = Status::Internal("postgres: read not made");
+  OnReadThread([&] {
+    auto c = reader_->Get();
+    if (!c.ok()) {
+      r = c.status();
+      return;
+    }
     r = run(**c);
-  }
+    // An idle connection finds out at its next use that the server
+    // restarted: connect again and read once more (reads change nothing).
+    if (!r.ok() && !(*c)->ok()) {
+      c = reader_->Get();
+      if (!c.ok()) {
+        r = c.status();
+        return;
+      }
+      r = run(**c);
+    }
+  });
   return r;
 }
 
 Result<PgResult> PgStore::Read(const char* name, const Params& p) {
-  return Read(*reader_, [&](PgConn& c) { return c.Run(name, p); });
+  return Read([&](PgConn& c) { return c.Run(name, p); });
 }
 
 Result<Recovered> PgStore::Recover(int64_t horizon_minute) {
@@ -807,19 +840,16 @@ Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
   }
   add(" ORDER BY id LIMIT ${}", kInt8);
   p.Int(static_cast<int64_t>(lq.limit));
-  return Rows(Read(*reader_, [&](PgConn& c) { return c.Query(sql, p, types); }), ReadJob);
+  return Rows(Read([&](PgConn& c) { return c.Query(sql, p, types); }), ReadJob);
 }
 
 Result<std::vector<JobRecord>> PgStore::LoadMinute(int64_t minute, uint64_t after_id,
                                                    size_t limit) {
-  return LoadMinuteOn(*reader_, minute, after_id, limit);
-}
-
-Result<std::vector<JobRecord>> PgStore::LoadMinuteOn(Link& link, int64_t minute, uint64_t after_id,
-                                                     size_t limit) {
-  Params p;
-  p.Int(minute).Int(static_cast<int64_t>(after_id)).Int(static_cast<int64_t>(limit));
-  return Rows(Read(link, [&](PgConn& c) { return c.Run("load_minute", p); }), ReadJob);
+  return Rows(Read("load_minute", Params()
+                                      .Int(minute)
+                                      .Int(static_cast<int64_t>(after_id))
+                                      .Int(static_cast<int64_t>(limit))),
+              ReadJob);
 }
 
 Result<std::vector<JobRecord>> PgStore::FarDelayed(const std::string& tube, int64_t after_minute,

@@ -10,10 +10,11 @@
 //     with synchronous_commit on: PostgreSQL flushes the WAL up to that
 //     commit, which covers every earlier asynchronous one, and the syncer
 //     checks that none of them was lost by a server crash (PgStore::Sync);
-//   - the engine's synchronous reads come from its thread on a third
-//     connection, and the horizon loader's reads (LoadMinuteAsync) are made
-//     on a thread and a fourth connection of their own, so that the event
-//     loop does not wait for them.
+//   - every read is made on the read thread, on a third connection: the
+//     engine's reads aside (ReadAside) are queued to it and answered through
+//     the executor, so that the event loop never waits for PostgreSQL; a
+//     synchronous read from another thread (recovery at start, tests) is
+//     queued too, and waited for.
 // A lost connection fails the calls that needed it with kIoError (clients
 // are told to retry); each connection reconnects by itself, with backoff,
 // and the store logs each change of state once.
@@ -53,13 +54,13 @@ class PgStore final : public Store, private CommitQueue::Backend {
   Result<Recovered> Recover(int64_t horizon_minute) override;
   void Submit(Mutation m, Done done) override;
   void SubmitAll(std::vector<Mutation> ms, Done done) override;
+  void ReadAside(std::function<void()> read, std::function<void()> then) override;
   Result<std::optional<JobRecord>> Get(uint64_t id) override;
   Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
                                             const std::string& key) override;
   Result<std::vector<JobRecord>> List(const ListQuery& q) override;
   Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
                                             size_t limit) override;
-  void LoadMinuteAsync(int64_t minute, uint64_t after_id, size_t limit, RowsDone done) override;
   Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
                                             size_t limit) override;
   Result<std::optional<TimerRecord>> GetTimer(uint64_t id) override;
@@ -82,24 +83,23 @@ class PgStore final : public Store, private CommitQueue::Backend {
   PgStore(PgOptions options, Executor executor);
   Status Commit(CommitQueue::Batch& batch) override;  // writer thread
   Status Sync() override;                             // syncer thread
-  // Runs a read on `link`'s connection (once more on a new connection when
-  // the connection turns out to have broken while idle).
-  static Result<pg::PgResult> Read(Link& link,
-                                   const std::function<Result<pg::PgResult>(pg::PgConn&)>& run);
-  // Runs prepared read statement `name` on the reader's connection.
+  // Runs a read on the reader's connection, on the read thread (once more
+  // on a new connection when the connection turns out to have broken while
+  // idle).
+  Result<pg::PgResult> Read(const std::function<Result<pg::PgResult>(pg::PgConn&)>& run);
+  // Runs prepared read statement `name`.
   Result<pg::PgResult> Read(const char* name, const pg::Params& p);
-  void LoadLoop();  // the loader thread
-  // LoadMinute on `link`'s connection: the reader's, or the loader's.
-  static Result<std::vector<JobRecord>> LoadMinuteOn(Link& link, int64_t minute, uint64_t after_id,
-                                                     size_t limit);
+  // Runs `fn` on the read thread: at once when called there, else queued
+  // and waited for (at once, too, before the thread starts or after Close).
+  void OnReadThread(const std::function<void()>& fn);
+  void ReadLoop();  // the read thread
 
   PgOptions options_;
   int shards_ = 0;
   std::unique_ptr<Link> writer_;  // writer thread only (and Open before it starts)
   std::unique_ptr<Link> syncer_;  // syncer thread only
-  std::unique_ptr<Link> reader_;  // engine thread only
-  std::unique_ptr<Link> loader_;  // loader thread only (and Open before it starts)
-  Executor executor_;             // where LoadMinuteAsync answers
+  std::unique_ptr<Link> reader_;  // read thread only (and Open before it starts)
+  Executor executor_;             // where ReadAside answers
   uint64_t next_id_floor_ = 0;    // writer thread: highest id committed + 1
   // The number of the writer's latest commit, and how often it connected
   // (Sync says why).
@@ -107,12 +107,13 @@ class PgStore final : public Store, private CommitQueue::Backend {
   std::atomic<uint64_t> writer_connects_{0};
   uint64_t synced_writer_connects_ = 0;  // syncer thread: at the last sync
 
-  // The loader thread's work, in order.
-  std::mutex load_mu_;
-  std::condition_variable load_cv_;
-  std::deque<std::function<void()>> loads_;
-  bool load_stop_ = false;
-  std::thread load_thread_;
+  // The read thread's work, in order.
+  std::mutex read_mu_;
+  std::condition_variable read_cv_;       // work queued, or stop
+  std::condition_variable read_done_cv_;  // a waited-for read is done
+  std::deque<std::function<void()>> reads_;
+  bool reads_stopped_ = false;
+  std::thread read_thread_;
 
   CommitQueue queue_;  // last: its threads use everything above
 };

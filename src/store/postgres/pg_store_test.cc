@@ -197,6 +197,35 @@ TEST_F(PgStoreTest, AServerThatNeverAnswersIsGivenUpOnByDefault) {
   EXPECT_LT(waited, std::chrono::seconds(30));
 }
 
+// The engine's reads go aside: ReadAside returns at once, the read is made
+// on the store's read thread (where its synchronous reads work too), and the
+// answer comes through the executor.
+TEST_F(PgStoreTest, AReadAsideIsMadeOnTheReadThreadAndAnsweredThroughTheExecutor) {
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(1))).ok());
+  std::atomic<bool> go{false};
+  std::atomic<int> done{0};
+  std::thread::id read_on;
+  Result<std::optional<JobRecord>> got = Status::Internal("not read");
+  (*s)->ReadAside(
+      [&] {
+        while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        read_on = std::this_thread::get_id();
+        got = (*s)->Get(1);
+      },
+      [&] { ++done; });
+  EXPECT_EQ(done.load(), 0) << "ReadAside waited for its read";
+  go = true;
+  inbox_.RunUntil(done, 1);
+  EXPECT_NE(read_on, std::this_thread::get_id());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->body, "b");
+  auto direct = (*s)->Get(1);  // from this thread: queued to the read thread, waited for
+  ASSERT_TRUE(direct.ok() && direct->has_value());
+}
+
 TEST_F(PgStoreTest, ALostConnectionFailsWritesAsRetryableAndIsRestoredByItself) {
   auto s = Open();
   ASSERT_TRUE(s.ok()) << s.status().ToString();

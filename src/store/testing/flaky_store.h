@@ -41,31 +41,31 @@ class FlakyStore final : public Store {
   }
   Result<std::vector<JobRecord>> List(const ListQuery& q) override { return real_.List(q); }
   Result<std::vector<JobRecord>> LoadMinute(int64_t m, uint64_t a, size_t l) override {
+    last_load_minute_ = m;
+    if (reads_failing) return Status::IoError("injected read failure");
     return real_.LoadMinute(m, a, l);
   }
-  // While `defer_loads` is set, a load reads at once and answers only at
-  // DeliverLoads, as a store reading on a thread of its own may.
-  void LoadMinuteAsync(int64_t m, uint64_t a, size_t l, RowsDone done) override {
-    if (reads_failing) return done(Status::IoError("injected read failure"));
-    if (!defer_loads) return real_.LoadMinuteAsync(m, a, l, std::move(done));
-    deferred_.emplace_back(real_.LoadMinute(m, a, l), std::move(done));
+  // While `defer_reads` is set, a read aside is made at once and answered
+  // only at DeliverReads, as a store reading on a thread of its own may.
+  void ReadAside(std::function<void()> read, std::function<void()> then) override {
+    if (!defer_reads) return real_.ReadAside(std::move(read), std::move(then));
+    read();
+    deferred_.push_back(std::move(then));
   }
-  void DeliverLoads() {
-    auto loads = std::move(deferred_);
+  void DeliverReads() {
+    auto answers = std::move(deferred_);
     deferred_.clear();
-    for (auto& [rows, done] : loads) done(std::move(rows));
+    for (auto& then : answers) then();
   }
-  size_t loads_deferred() const { return deferred_.size(); }
-  // Whether a load held back read job `id`.
-  bool DeferredLoadHas(uint64_t id) const {
-    for (const auto& [rows, done] : deferred_) {
-      if (!rows.ok()) continue;
-      for (const JobRecord& j : rows.value()) {
-        if (j.id == id) return true;
-      }
-    }
-    return false;
+  // Answers the oldest read held back.
+  void DeliverOneRead() {
+    auto then = std::move(deferred_.front());
+    deferred_.erase(deferred_.begin());
+    then();
   }
+  size_t reads_deferred() const { return deferred_.size(); }
+  // The minute the latest LoadMinute asked for.
+  int64_t last_load_minute() const { return last_load_minute_; }
   Result<std::vector<JobRecord>> FarDelayed(const std::string& t, int64_t a, size_t l) override {
     return real_.FarDelayed(t, a, l);
   }
@@ -88,7 +88,7 @@ class FlakyStore final : public Store {
   void Close() override { real_.Close(); }
   bool failing = false;
   bool reads_failing = false;
-  bool defer_loads = false;
+  bool defer_reads = false;
   // Submissions forwarded and not yet answered.
   size_t pending() const { return pending_; }
 
@@ -104,7 +104,8 @@ class FlakyStore final : public Store {
   Store& real_;
   Executor post_;
   size_t pending_ = 0;  // answers run on the engine's thread, like the calls
-  std::vector<std::pair<Result<std::vector<JobRecord>>, RowsDone>> deferred_;
+  std::vector<std::function<void()>> deferred_;
+  int64_t last_load_minute_ = -1;
 };
 
 }  // namespace delayd::store::testing

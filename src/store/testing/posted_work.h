@@ -9,6 +9,9 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
+
+#include "common/status.h"
 
 namespace delayd::store::testing {
 
@@ -35,6 +38,16 @@ class PostedWork {
   void Discard() {
     std::lock_guard lock(mu_);
     posted_.clear();
+  }
+  // What `op` passes to the callback it is given (a read that answers
+  // through one), once it has: at once, or through posted work.
+  template <class T, class Op>
+  Result<T> Answer(Op op) {
+    std::optional<Result<T>> out;
+    op([&](Result<T> r) { out.emplace(std::move(r)); });
+    RunUntil([&] { return out.has_value(); });
+    if (!out) return Status::Internal("not answered");
+    return std::move(*out);
   }
   // Runs completions as they come until `pred` holds (10 s at most).
   template <typename Pred>
