@@ -56,8 +56,9 @@ void Engine::Submit(const std::string& topic, std::vector<NewJob> jobs,
 }
 
 // The keys of the front keyed submission are read aside, all in one read.
-// Keys that settle meanwhile stay pending until it is answered, so that a
-// key committed after the read looked finds its job in pending_keys_.
+// Keys that settle meanwhile (their job's insert answered) stay pending
+// until that read's answer is used: its rows may predate the commit, and
+// pending_keys_ tells SubmitNow of the job. The next read sees the commit.
 void Engine::LookUpKeys() {
   const KeyedSubmit& k = keyed_.front();
   std::vector<std::string> keys;
@@ -71,6 +72,14 @@ void Engine::LookUpKeys() {
         return rows;
       },
       [this, keys](KeyRows rows, uint64_t since) {
+        std::vector<std::pair<std::string, uint64_t>> settled;
+        settled.swap(settled_keys_);
+        auto release_settled = [this, &settled] {
+          for (const auto& [key, id] : settled) {
+            auto it = pending_keys_.find(key);
+            if (it != pending_keys_.end() && it->second == id) pending_keys_.erase(it);
+          }
+        };
         std::unordered_map<std::string, std::optional<JobRecord>> by_key;
         Status failed;
         bool again = false;
@@ -83,7 +92,10 @@ void Engine::LookUpKeys() {
           if (rows[i].value() && LeftSince(rows[i].value()->id, since)) again = true;
           by_key[keys[i]] = std::move(rows[i]).value();
         }
-        if (again && failed.ok()) return LookUpKeys();
+        if (again && failed.ok()) {
+          release_settled();  // the new read starts after their commits
+          return LookUpKeys();
+        }
         KeyedSubmit next = std::move(keyed_.front());
         keyed_.pop_front();
         if (!failed.ok()) {
@@ -92,17 +104,18 @@ void Engine::LookUpKeys() {
           SubmitNow(next.topic, std::move(next.jobs), by_key, std::move(next.done),
                     std::move(next.also));
         }
-        if (!keyed_.empty()) return LookUpKeys();
-        for (const std::string& key : settled_keys_) pending_keys_.erase(key);
-        settled_keys_.clear();
+        release_settled();
+        if (!keyed_.empty()) LookUpKeys();
       });
 }
 
-void Engine::SettleKey(const std::string& key) {
+// A key whose job's insert was answered: free for the store to tell, unless
+// a key lookup is in flight (LookUpKeys).
+void Engine::SettleKey(const std::string& key, uint64_t id) {
   if (keyed_.empty()) {
     pending_keys_.erase(key);
   } else {
-    settled_keys_.push_back(key);
+    settled_keys_.emplace_back(key, id);
   }
 }
 
@@ -183,7 +196,7 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
   store_.SubmitAll(std::move(writes), [this, created, topic, out = std::move(out),
                                        done = std::move(done)](const Status& s) mutable {
     for (Job* j : created) {
-      if (j->extra && !j->extra->key.empty()) SettleKey(KeyOf(topic, j->extra->key));
+      if (j->extra && !j->extra->key.empty()) SettleKey(KeyOf(topic, j->extra->key), j->id);
       Publish(j, s);
     }
     // Answer while the jobs are still pinned in memory, so reading them back

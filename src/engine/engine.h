@@ -340,7 +340,7 @@ class Engine {
   void SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
                  const std::unordered_map<std::string, std::optional<store::JobRecord>>& keys,
                  std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also);
-  void SettleKey(const std::string& key);
+  void SettleKey(const std::string& key, uint64_t id);
 
   // Reads aside: `then(result, since)` gets what `read` returned, with the
   // mark to ask LeftSince about. `read` runs on the store's read thread and
@@ -400,10 +400,11 @@ class Engine {
   std::vector<std::pair<size_t, Listener>> listeners_;
   size_t next_subscription_ = 1;
   // Keys of submitted jobs not yet durable: "tube\0key" -> id. While a key
-  // lookup is in flight, keys that settle stay here (in settled_keys_) until
-  // it is answered: its rows may be older than their commit.
+  // lookup is in flight, keys that settle stay here (listed in settled_keys_
+  // with their job) until its answer is used: its rows may predate the
+  // commit.
   std::unordered_map<std::string, uint64_t> pending_keys_;
-  std::vector<std::string> settled_keys_;
+  std::vector<std::pair<std::string, uint64_t>> settled_keys_;
   std::deque<KeyedSubmit> keyed_;  // the front one's keys are being looked up
   // Jobs whose failed write is being read back: id -> written again meanwhile.
   std::unordered_map<uint64_t, bool> resyncing_;

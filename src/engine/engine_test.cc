@@ -897,6 +897,41 @@ TEST_F(EngineTest, KeyedSubmissionsSeeEachOtherWhileTheirLookupsAreInFlight) {
   EXPECT_EQ(third->value()[0].id, id);
 }
 
+// A key kept pending for a lookup in flight is let go once that lookup is
+// answered, even while more keyed submissions keep the queue busy: after
+// its job is cancelled, the key is free again.
+TEST_F(EngineTest, AKeyKeptPendingForALookupIsFreedOnceThatLookupIsAnswered) {
+  using Outcome = std::optional<Result<std::vector<Submitted>>>;
+  auto submit = [&](const std::string& key, Outcome& out) {
+    NewJob n;
+    n.key = key;
+    std::vector<NewJob> batch;
+    batch.push_back(std::move(n));
+    engine_->Submit("t", std::move(batch), [&out](auto r) { out = std::move(r); });
+  };
+  flaky_->defer_reads = true;
+  Outcome a, b, c, d;
+  submit("k", a);
+  flaky_->DeliverReads();  // a's lookup: its job is created
+  submit("k2", b);         // b's lookup is in flight when a's job commits
+  RunUntil([&] { return a.has_value(); });
+  ASSERT_TRUE(a->ok());
+  const uint64_t a_id = a->value()[0].id;
+  submit("k3", c);
+  flaky_->DeliverReads();  // b's answer; c's lookup goes out
+  std::optional<Status> removed;
+  engine_->Remove(a_id, [&](const Status& s) { removed = s; });
+  RunUntil([&] { return removed.has_value() && b.has_value(); });
+  ASSERT_TRUE(removed->ok());
+  submit("k", d);  // queued behind c
+  flaky_->defer_reads = false;
+  flaky_->DeliverReads();
+  RunUntil([&] { return c.has_value() && d.has_value(); });
+  ASSERT_TRUE(d->ok()) << d->status().ToString();
+  EXPECT_FALSE(d->value()[0].duplicate) << "a cancelled job's key was still pending";
+  EXPECT_NE(d->value()[0].id, a_id);
+}
+
 // A client that hangs up while its reserve-job or delete of a job beyond
 // the horizon is being read is answered kUnavailable, and the job stays as
 // it was, delayed, and fires at its time.
