@@ -81,6 +81,28 @@ CREATE TABLE timer_fires (
   PRIMARY KEY (shard, timer_id, fire_ms)
 );
 )sql",
+    // Version 2: the nodes of a cluster and the lease of each shard
+    // (doc/cluster.md). Lease times are PostgreSQL's clock, never a node's.
+    // A shard's epoch rises with every change of its owner; it starts free.
+    R"sql(
+CREATE TABLE nodes (
+  id         text        PRIMARY KEY,
+  started_at timestamptz NOT NULL DEFAULT now(),
+  seen_at    timestamptz NOT NULL,
+  beanstalk  text,
+  http       text,
+  figures    jsonb
+);
+CREATE TABLE shard_leases (
+  shard      smallint    PRIMARY KEY,
+  owner      text,
+  epoch      bigint      NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+INSERT INTO shard_leases (shard, owner, epoch, expires_at)
+  SELECT s, NULL, 0, '-infinity'
+  FROM generate_series(0, (SELECT value FROM meta WHERE key = 'shards') - 1) AS s;
+)sql",
 };
 
 // A fixed hash (FNV-1a, 64 bits): shards are stored, so it never changes.

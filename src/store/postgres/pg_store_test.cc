@@ -70,6 +70,8 @@ TEST_F(PgStoreTest, ANewDatabaseGetsTheSchemaAndItsShardCountOnce) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ((*again)->shards(), 16);
   EXPECT_EQ(Query("SELECT count(*) FROM delayd_schema"), pg::SchemaVersion());
+  // Version 2: a lease row per shard, each free (doc/cluster.md).
+  EXPECT_EQ(Query("SELECT count(*) FROM shard_leases WHERE owner IS NULL AND epoch = 0"), 16);
 }
 
 TEST_F(PgStoreTest, EachJobCarriesItsShardFromItsIdOrItsKey) {
