@@ -364,27 +364,8 @@ void Engine::WriteDone(Job* j) {
 }
 
 void Engine::Forget(Job* j) {
-  if (!reads_since_.empty()) {
-    left_log_.emplace_back(++left_seq_, j->id);
-    left_at_[j->id] = left_seq_;
-  }
+  left_.Changed(j->id);
   jobs_.erase(j->id);
-}
-
-void Engine::EndAside(uint64_t since) {
-  reads_since_.erase(reads_since_.find(since));
-  const uint64_t oldest = reads_since_.empty() ? left_seq_ : *reads_since_.begin();
-  while (!left_log_.empty() && left_log_.front().first <= oldest) {
-    auto [seq, id] = left_log_.front();
-    left_log_.pop_front();
-    auto it = left_at_.find(id);
-    if (it != left_at_.end() && it->second == seq) left_at_.erase(it);
-  }
-}
-
-bool Engine::LeftSince(uint64_t id, uint64_t since) const {
-  auto it = left_at_.find(id);
-  return it != left_at_.end() && it->second > since;
 }
 
 }  // namespace delayd::engine

@@ -49,6 +49,7 @@
 #include "engine/events.h"
 #include "engine/stats.h"
 #include "engine/types.h"
+#include "store/stale_reads.h"
 #include "store/store.h"
 
 namespace delayd::engine {
@@ -347,18 +348,11 @@ class Engine {
   // must touch nothing of the engine.
   template <class Read, class Then>
   void Aside(Read read, Then then) {
-    const uint64_t since = left_seq_;
-    reads_since_.insert(since);
-    store::ReadAsync(store_, std::move(read),
-                     [this, since, then = std::move(then)](auto result) mutable {
-                       then(std::move(result), since);
-                       EndAside(since);
-                     });
+    store::ReadAsyncMarked(store_, left_, std::move(read), std::move(then));
   }
-  void EndAside(uint64_t since);
-  // Whether job `id` left memory after `since`: a row read since may be
-  // older than the change that made it leave.
-  bool LeftSince(uint64_t id, uint64_t since) const;
+  // Whether job `id` left memory after mark `since`: a row read since may
+  // be older than the change that made it leave.
+  bool LeftSince(uint64_t id, uint64_t since) const { return left_.ChangedSince(id, since); }
   // A client with a read aside in flight (FindOrLoad) outlives its
   // disconnection until the read is answered; Unpin says whether it is
   // still connected.
@@ -410,13 +404,8 @@ class Engine {
   std::unordered_map<uint64_t, bool> resyncing_;
   std::vector<std::unique_ptr<Client>> departed_;  // disconnected, reads in flight
 
-  // Reads aside in flight (the left_seq_ at each one's start), and the jobs
-  // that left memory meanwhile: (left_seq_, id) in order, and each one's
-  // latest entry. Kept only while reads are in flight.
-  uint64_t left_seq_ = 0;
-  std::multiset<uint64_t> reads_since_;
-  std::deque<std::pair<uint64_t, uint64_t>> left_log_;
-  std::unordered_map<uint64_t, uint64_t> left_at_;
+  // The jobs that left memory while reads aside were in flight.
+  store::StaleReads left_;
 
   // The loader: every delayed job due in minutes <= loaded_minute_ is in
   // memory (or pinned by a pending write); later ones only in the store.

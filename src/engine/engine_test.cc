@@ -101,6 +101,15 @@ class EngineTest : public ::testing::Test {
     clock_.AdvanceMillis(ms);
     engine_->Tick();
   }
+  using Outcome = std::optional<Result<std::vector<Submitted>>>;
+  // Submits one job with `key` to topic "t"; `out` gets the answer.
+  void SubmitKeyed(const std::string& key, Outcome& out) {
+    NewJob n;
+    n.key = key;
+    std::vector<NewJob> batch;
+    batch.push_back(std::move(n));
+    engine_->Submit("t", std::move(batch), [&out](auto r) { out = std::move(r); });
+  }
   Result<JobView> Peek(uint64_t id) {
     return work_.Answer<JobView>([&](auto done) { engine_->Peek(id, done); });
   }
@@ -834,14 +843,7 @@ TEST_F(EngineTest, AttemptLogKeepsTheLatestAttemptsAndTheLastError) {
 }
 
 TEST_F(EngineTest, AKeyIsFreeAsSoonAsItsJobIsCancelledNotOnlyWhenDurable) {
-  using Outcome = std::optional<Result<std::vector<Submitted>>>;
-  auto submit = [&](Outcome& out) {
-    NewJob n;
-    n.key = "order-1";
-    std::vector<NewJob> batch;
-    batch.push_back(std::move(n));
-    engine_->Submit("t", std::move(batch), [&out](auto r) { out = std::move(r); });
-  };
+  auto submit = [&](Outcome& out) { SubmitKeyed("order-1", out); };
   Outcome first;
   submit(first);
   RunUntil([&] { return first.has_value(); });
@@ -866,14 +868,7 @@ TEST_F(EngineTest, AKeyIsFreeAsSoonAsItsJobIsCancelledNotOnlyWhenDurable) {
 // submission of a key sees the first's job whether the first is still
 // being written or was committed after the second's read was made.
 TEST_F(EngineTest, KeyedSubmissionsSeeEachOtherWhileTheirLookupsAreInFlight) {
-  using Outcome = std::optional<Result<std::vector<Submitted>>>;
-  auto submit = [&](Outcome& out) {
-    NewJob n;
-    n.key = "order-7";
-    std::vector<NewJob> batch;
-    batch.push_back(std::move(n));
-    engine_->Submit("t", std::move(batch), [&out](auto r) { out = std::move(r); });
-  };
+  auto submit = [&](Outcome& out) { SubmitKeyed("order-7", out); };
   flaky_->defer_reads = true;
   Outcome first, second, third;
   submit(first);
@@ -901,29 +896,21 @@ TEST_F(EngineTest, KeyedSubmissionsSeeEachOtherWhileTheirLookupsAreInFlight) {
 // answered, even while more keyed submissions keep the queue busy: after
 // its job is cancelled, the key is free again.
 TEST_F(EngineTest, AKeyKeptPendingForALookupIsFreedOnceThatLookupIsAnswered) {
-  using Outcome = std::optional<Result<std::vector<Submitted>>>;
-  auto submit = [&](const std::string& key, Outcome& out) {
-    NewJob n;
-    n.key = key;
-    std::vector<NewJob> batch;
-    batch.push_back(std::move(n));
-    engine_->Submit("t", std::move(batch), [&out](auto r) { out = std::move(r); });
-  };
   flaky_->defer_reads = true;
   Outcome a, b, c, d;
-  submit("k", a);
+  SubmitKeyed("k", a);
   flaky_->DeliverReads();  // a's lookup: its job is created
-  submit("k2", b);         // b's lookup is in flight when a's job commits
+  SubmitKeyed("k2", b);    // b's lookup is in flight when a's job commits
   RunUntil([&] { return a.has_value(); });
   ASSERT_TRUE(a->ok());
   const uint64_t a_id = a->value()[0].id;
-  submit("k3", c);
+  SubmitKeyed("k3", c);
   flaky_->DeliverReads();  // b's answer; c's lookup goes out
   std::optional<Status> removed;
   engine_->Remove(a_id, [&](const Status& s) { removed = s; });
   RunUntil([&] { return removed.has_value() && b.has_value(); });
   ASSERT_TRUE(removed->ok());
-  submit("k", d);  // queued behind c
+  SubmitKeyed("k", d);  // queued behind c
   flaky_->defer_reads = false;
   flaky_->DeliverReads();
   RunUntil([&] { return c.has_value() && d.has_value(); });

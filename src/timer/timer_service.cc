@@ -113,31 +113,6 @@ Result<std::vector<int64_t>> TimerService::Preview(const TimerSpec& spec, int64_
 
 // ---------------------------------------------------------------- memory
 
-template <class Read, class Then>
-void TimerService::Aside(Read read, Then then) {
-  const uint64_t since = change_seq_;
-  reads_since_.insert(since);
-  store::ReadAsync(store_, std::move(read),
-                   [this, since, then = std::move(then)](auto result) mutable {
-                     then(std::move(result), since);
-                     EndAside(since);
-                   });
-}
-
-void TimerService::EndAside(uint64_t since) {
-  reads_since_.erase(reads_since_.find(since));
-  if (reads_since_.empty()) changed_at_.clear();
-}
-
-bool TimerService::ChangedSince(uint64_t id, uint64_t since) const {
-  auto it = changed_at_.find(id);
-  return it != changed_at_.end() && it->second > since;
-}
-
-void TimerService::Changed(uint64_t id) {
-  if (!reads_since_.empty()) changed_at_[id] = ++change_seq_;
-}
-
 TimerService::Row TimerService::ReadRow(store::Store& store, TimerRecord r) {
   Row row{std::move(r), 0};
   auto spec = DecodeTimerSpec(row.record.definition);
@@ -196,7 +171,7 @@ void TimerService::LoadRead(Result<std::vector<Row>> rows, uint64_t since, int64
     const uint64_t id = row.record.id;
     if (loaded_.count(id)) continue;
     // Changed since the read: the row may be older than the change.
-    if (ChangedSince(id, since)) {
+    if (changed_.ChangedSince(id, since)) {
       again.push_back(id);
       continue;
     }
@@ -205,9 +180,8 @@ void TimerService::LoadRead(Result<std::vector<Row>> rows, uint64_t since, int64
   loaded_until_ms_ = until;
   // A timer changed meanwhile and let go (its next fire was beyond the old
   // window) may fire within the new one: read it again.
-  for (const auto& [id, seq] : changed_at_) {
-    if (seq > since && !loaded_.count(id) &&
-        std::find(again.begin(), again.end(), id) == again.end()) {
+  for (uint64_t id : changed_.ChangedIdsSince(since)) {
+    if (!loaded_.count(id) && std::find(again.begin(), again.end(), id) == again.end()) {
       again.push_back(id);
     }
   }
@@ -239,7 +213,7 @@ void TimerService::Reload(std::vector<uint64_t> ids) {
         std::vector<uint64_t> again;
         for (const Row& row : *rows) {
           if (loaded_.count(row.record.id)) continue;
-          if (ChangedSince(row.record.id, since)) {
+          if (changed_.ChangedSince(row.record.id, since)) {
             again.push_back(row.record.id);
           } else {
             HoldRow(row);
@@ -286,7 +260,7 @@ int64_t TimerService::Lead(const TimerRecord& r) const {
 }
 
 void TimerService::Drop(uint64_t id) {
-  Changed(id);
+  changed_.Changed(id);
   auto it = loaded_.find(id);
   if (it == loaded_.end()) return;
   due_.erase({it->second.process_at_ms, id});

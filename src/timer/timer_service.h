@@ -29,6 +29,7 @@
 #include "common/clock.h"
 #include "cron/schedule.h"
 #include "engine/engine.h"
+#include "store/stale_reads.h"
 #include "store/store.h"
 #include "timer/timer_spec.h"
 
@@ -127,10 +128,9 @@ class TimerService {
   };
   // Reads aside; `then(result, since)` as in the engine.
   template <class Read, class Then>
-  void Aside(Read read, Then then);
-  void EndAside(uint64_t since);
-  bool ChangedSince(uint64_t id, uint64_t since) const;
-  void Changed(uint64_t id);
+  void Aside(Read read, Then then) {
+    store::ReadAsyncMarked(store_, changed_, std::move(read), std::move(then));
+  }
   // Reads `r`'s row with the job of its latest fire (on the read thread).
   static Row ReadRow(store::Store& store, store::TimerRecord r);
 
@@ -176,11 +176,8 @@ class TimerService {
   int64_t load_retry_ms_ = 0;
   bool load_failing_ = false;
   bool loading_ = false;  // a load's read is in flight
-  // Reads aside in flight (change_seq_ at each one's start), and the timers
-  // changed meanwhile: id -> change_seq_ of its latest change.
-  uint64_t change_seq_ = 0;
-  std::multiset<uint64_t> reads_since_;
-  std::unordered_map<uint64_t, uint64_t> changed_at_;
+  // Timers changed (the API, a fire) while reads aside were in flight.
+  store::StaleReads changed_;
   int64_t armed_ms_ = -1;
   uint64_t generation_ = 0;
 };
