@@ -315,6 +315,20 @@ class Engine {
   // The store's record of `id` when it is such a job; nullopt otherwise, and
   // for a job in memory by the time the read is answered.
   void ReadFar(uint64_t id, Reply<std::optional<store::JobRecord>> done);
+  // `live(job)` for a job in memory (now, or by the time a read of the
+  // store is answered), `far(record)` for a delayed job beyond the horizon,
+  // kNotFound otherwise.
+  template <class T, class Live, class Far>
+  void LiveOrFar(uint64_t id, Live live, Far far, Reply<T> done) {
+    if (Job* j = FindLive(id)) return done(live(*j));
+    ReadFar(id, [this, id, live, far,
+                 done = std::move(done)](Result<std::optional<store::JobRecord>> r) mutable {
+      if (Job* j = FindLive(id)) return done(live(*j));  // came into memory meanwhile
+      if (!r.ok()) return done(r.status());
+      if (!r.value()) return done(Status::NotFound("no such job"));
+      done(far(std::move(*r.value())));
+    });
+  }
   Job* MaterializeFar(const store::JobRecord& r);
   // The job `id` in memory if `allowed` accepts it, or a delayed job beyond
   // the horizon brought into memory (not yet detached from anything). On

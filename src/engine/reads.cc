@@ -11,13 +11,12 @@ using store::JobRecord;
 using store::StoredState;
 
 void Engine::Peek(uint64_t id, Reply<JobView> done) {
-  if (Job* j = FindLive(id)) return done(View(*j));
-  ReadFar(id, [this, id, done = std::move(done)](Result<std::optional<JobRecord>> far) {
-    if (Job* j = FindLive(id)) return done(View(*j));  // came into memory meanwhile
-    if (!far.ok()) return done(far.status());
-    if (!far.value()) return done(Status::NotFound("no such job"));
-    done(JobView{id, std::make_shared<const std::string>(std::move((*far)->body))});
-  });
+  LiveOrFar<JobView>(
+      id, [this](const Job& j) { return View(j); },
+      [](JobRecord r) {
+        return JobView{r.id, std::make_shared<const std::string>(std::move(r.body))};
+      },
+      std::move(done));
 }
 
 Result<JobView> Engine::PeekReady(Client* c) {
@@ -56,29 +55,24 @@ Result<JobView> Engine::PeekBuried(Client* c) {
 }
 
 void Engine::StatsJob(uint64_t id, Reply<JobStats> done) {
-  auto live = [this](const Job* j) {
+  auto live = [this](const Job& j) {
     const int64_t now_us = clock_.SteadyMicros();
     const int64_t wall_us = clock_.WallMicros();
     JobStats s;
-    s.id = j->id;
-    s.tube = j->tube->name;
-    s.state = j->state;
-    s.priority = j->priority;
-    s.age_s = (wall_us / 1000 - j->created_ms) / 1000;
-    s.delay_s = j->delay_ms / 1000;
-    s.ttr_s = j->ttr_ms / 1000;
-    if (j->state == JobState::kReserved) s.time_left_s = (j->deadline_us - now_us) / 1'000'000;
-    if (j->state == JobState::kDelayed) s.time_left_s = (j->due_ms * 1000 - wall_us) / 1'000'000;
-    s.counters = j->counters;
+    s.id = j.id;
+    s.tube = j.tube->name;
+    s.state = j.state;
+    s.priority = j.priority;
+    s.age_s = (wall_us / 1000 - j.created_ms) / 1000;
+    s.delay_s = j.delay_ms / 1000;
+    s.ttr_s = j.ttr_ms / 1000;
+    if (j.state == JobState::kReserved) s.time_left_s = (j.deadline_us - now_us) / 1'000'000;
+    if (j.state == JobState::kDelayed) s.time_left_s = (j.due_ms * 1000 - wall_us) / 1'000'000;
+    s.counters = j.counters;
     return s;
   };
-  if (Job* j = FindLive(id)) return done(live(j));
-  ReadFar(id, [this, id, live, done = std::move(done)](Result<std::optional<JobRecord>> far) {
-    if (Job* j = FindLive(id)) return done(live(j));
-    if (!far.ok()) return done(far.status());
-    if (!far.value()) return done(Status::NotFound("no such job"));
+  auto far = [this](JobRecord r) {
     const int64_t wall_us = clock_.WallMicros();
-    const JobRecord& r = **far;
     JobStats s;
     s.id = r.id;
     s.tube = r.tube;
@@ -89,8 +83,9 @@ void Engine::StatsJob(uint64_t id, Reply<JobStats> done) {
     s.ttr_s = r.ttr_ms / 1000;
     s.time_left_s = (r.due_ms * 1000 - wall_us) / 1'000'000;
     s.counters = r.counters;
-    done(std::move(s));
-  });
+    return s;
+  };
+  LiveOrFar<JobStats>(id, live, far, std::move(done));
 }
 
 Result<TubeStats> Engine::StatsTube(const std::string& name) const {
@@ -188,11 +183,11 @@ void Engine::GetJobs(std::vector<uint64_t> ids,
       }
       const auto& r = read.at(id);
       if (!r.ok()) {
-        out.push_back(r.status());
+        out.emplace_back(r.status());
       } else if (!r.value()) {
-        out.push_back(Status::NotFound("no such job"));
+        out.emplace_back(Status::NotFound("no such job"));
       } else {
-        out.push_back(Info(*r.value()));
+        out.emplace_back(Info(*r.value()));
       }
     }
     done(std::move(out));

@@ -23,6 +23,13 @@ Status NameTaken() { return Status::ConflictField("name", "is taken by another t
 
 std::string FireKey(uint64_t id, int64_t fire_ms) { return engine::TimerFireKey(id, fire_ms); }
 
+// A timer read by id: kNotFound when there is none.
+Result<TimerRecord> Found(Result<std::optional<TimerRecord>> row) {
+  if (!row.ok()) return row.status();
+  if (!row->has_value()) return Status::NotFound("no such timer");
+  return std::move(**row);
+}
+
 }  // namespace
 
 TimerService::TimerService(store::Store& store, engine::Engine& engine, const Clock& clock,
@@ -166,17 +173,7 @@ void TimerService::LoadRead(Result<std::vector<Row>> rows, uint64_t since, int64
     ArmWake();
     return;
   }
-  std::vector<uint64_t> again;
-  for (const Row& row : *rows) {
-    const uint64_t id = row.record.id;
-    if (loaded_.count(id)) continue;
-    // Changed since the read: the row may be older than the change.
-    if (changed_.ChangedSince(id, since)) {
-      again.push_back(id);
-      continue;
-    }
-    HoldRow(row, until);
-  }
+  std::vector<uint64_t> again = HoldRows(*rows, since, until);
   loaded_until_ms_ = until;
   // A timer changed meanwhile and let go (its next fire was beyond the old
   // window) may fire within the new one: read it again.
@@ -210,18 +207,25 @@ void TimerService::Reload(std::vector<uint64_t> ids) {
           ArmWake();
           return;
         }
-        std::vector<uint64_t> again;
-        for (const Row& row : *rows) {
-          if (loaded_.count(row.record.id)) continue;
-          if (changed_.ChangedSince(row.record.id, since)) {
-            again.push_back(row.record.id);
-          } else {
-            HoldRow(row);
-          }
-        }
+        std::vector<uint64_t> again = HoldRows(*rows, since);
         if (!again.empty()) Reload(std::move(again));
         ArmWake();
       });
+}
+
+std::vector<uint64_t> TimerService::HoldRows(const std::vector<Row>& rows, uint64_t since,
+                                             int64_t window_end_ms) {
+  std::vector<uint64_t> again;
+  for (const Row& row : rows) {
+    if (loaded_.count(row.record.id)) continue;
+    // Changed since the read: the row may be older than the change.
+    if (changed_.ChangedSince(row.record.id, since)) {
+      again.push_back(row.record.id);
+    } else {
+      HoldRow(row, window_end_ms);
+    }
+  }
+  return again;
 }
 
 void TimerService::HoldRow(const Row& row, int64_t window_end_ms) {
@@ -485,11 +489,11 @@ void TimerService::Replace(uint64_t id, std::string name, TimerSpec spec, InfoDo
       },
       [this, id, name, spec, compiled = *compiled, done = std::move(done)](Rows rows) mutable {
         auto& [row, taken] = rows;
-        if (!row.ok()) return done(row.status());
-        if (!row->has_value()) return done(Status::NotFound("no such timer"));
+        auto found = Found(std::move(row));
+        if (!found.ok()) return done(found.status());
         if (!taken.ok()) return done(taken.status());
         if (taken->has_value() && (*taken)->id != id) return done(NameTaken());
-        TimerRecord r = **row;
+        TimerRecord r = std::move(found).value();
         r.name = std::move(name);
         r.definition = EncodeTimerSpec(spec);
         r.next_fire_ms = spec.active ? NextFire(*compiled, clock_.WallMillis(), r.created_ms) : 0;
@@ -501,9 +505,9 @@ void TimerService::SetActive(uint64_t id, bool active, InfoDone done) {
   store::ReadAsync(
       store_, [&store = store_, id] { return store.GetTimer(id); },
       [this, active, done = std::move(done)](Result<std::optional<TimerRecord>> row) mutable {
-        if (!row.ok()) return done(row.status());
-        if (!row->has_value()) return done(Status::NotFound("no such timer"));
-        TimerRecord r = **row;
+        auto found = Found(std::move(row));
+        if (!found.ok()) return done(found.status());
+        TimerRecord r = std::move(found).value();
         auto spec = DecodeTimerSpec(r.definition);
         if (!spec.ok()) return done(spec.status());
         if (spec->active == active) return done(TimerInfo{r, *spec});
@@ -523,8 +527,7 @@ void TimerService::Delete(uint64_t id, Done done) {
   store::ReadAsync(
       store_, [&store = store_, id] { return store.GetTimer(id); },
       [this, id, done = std::move(done)](Result<std::optional<TimerRecord>> row) mutable {
-        if (!row.ok()) return done(row.status());
-        if (!row->has_value()) return done(Status::NotFound("no such timer"));
+        if (auto found = Found(std::move(row)); !found.ok()) return done(found.status());
         Drop(id);
         store_.Submit(Mutation::TimerDelete(id), std::move(done));
       });
@@ -534,11 +537,11 @@ void TimerService::Get(uint64_t id, InfoDone done) {
   store::ReadAsync(
       store_, [&store = store_, id] { return store.GetTimer(id); },
       [done = std::move(done)](Result<std::optional<TimerRecord>> row) {
-        if (!row.ok()) return done(row.status());
-        if (!row->has_value()) return done(Status::NotFound("no such timer"));
-        auto spec = DecodeTimerSpec((*row)->definition);
+        auto found = Found(std::move(row));
+        if (!found.ok()) return done(found.status());
+        auto spec = DecodeTimerSpec(found->definition);
         if (!spec.ok()) return done(spec.status());
-        done(TimerInfo{**row, *spec});
+        done(TimerInfo{std::move(found).value(), *spec});
       });
 }
 

@@ -140,6 +140,10 @@ class TimerService {
   void Reload(std::vector<uint64_t> ids);
   // Holds a row read from the store, unless its definition cannot run.
   void HoldRow(const Row& row, int64_t window_end_ms = 0);
+  // HoldRow for each row read at mark `since` whose timer is not in memory;
+  // returns the timers changed since, whose rows must be read again.
+  std::vector<uint64_t> HoldRows(const std::vector<Row>& rows, uint64_t since,
+                                 int64_t window_end_ms = 0);
   // Holds `record` in memory if it fires before `window_end_ms` (0: the
   // loaded window's end), else lets it go.
   void Hold(const store::TimerRecord& record, std::shared_ptr<const Compiled> compiled,

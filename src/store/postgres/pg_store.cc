@@ -529,37 +529,34 @@ void PgStore::ReadLoop() {
   }
 }
 
+bool PgStore::QueueRead(std::function<void()> work) {
+  std::lock_guard lock(read_mu_);
+  // Before Open starts the thread, or after Close: the caller reads itself.
+  if (reads_stopped_ || !read_thread_.joinable()) return false;
+  reads_.push_back(std::move(work));
+  read_cv_.notify_all();
+  return true;
+}
+
 void PgStore::ReadAside(std::function<void()> read, std::function<void()> then) {
-  {
-    std::lock_guard lock(read_mu_);
-    if (!reads_stopped_) {
-      reads_.push_back([this, read = std::move(read), then = std::move(then)]() mutable {
-        read();
-        executor_(std::move(then));
-      });
-      read_cv_.notify_all();
-      return;
-    }
-  }
-  read();  // closed: the read thread is gone, and the reader's connection free
-  executor_(std::move(then));
+  auto work = [this, read = std::move(read), then = std::move(then)]() mutable {
+    read();
+    executor_(std::move(then));
+  };
+  if (!QueueRead(work)) work();
 }
 
 void PgStore::OnReadThread(const std::function<void()>& fn) {
   if (reading_for == this) return fn();
-  std::unique_lock lock(read_mu_);
-  if (reads_stopped_ || !read_thread_.joinable()) {  // Open, or after Close
-    lock.unlock();
-    return fn();
-  }
   bool done = false;
-  reads_.push_back([&] {
+  const bool queued = QueueRead([&] {
     fn();
-    std::lock_guard l(read_mu_);
+    std::lock_guard lock(read_mu_);
     done = true;
     read_done_cv_.notify_all();
   });
-  read_cv_.notify_all();
+  if (!queued) return fn();
+  std::unique_lock lock(read_mu_);
   read_done_cv_.wait(lock, [&] { return done; });
 }
 
@@ -725,24 +722,21 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
 
 Result<PgResult> PgStore::Read(const std::function<Result<PgResult>(PgConn&)>& run) {
   Result<PgResult> r = Status::Internal("postgres: read not made");
-  OnReadThread([&] {
-    auto c = reader_->Get();
-    if (!c.ok()) {
-      r = c.status();
-      return;
-    }
+  OnReadThread([&] { r = ReadNow(run); });
+  return r;
+}
+
+Result<PgResult> PgStore::ReadNow(const std::function<Result<PgResult>(PgConn&)>& run) {
+  auto c = reader_->Get();
+  if (!c.ok()) return c.status();
+  auto r = run(**c);
+  // An idle connection finds out at its next use that the server restarted:
+  // connect again and read once more (reads change nothing).
+  if (!r.ok() && !(*c)->ok()) {
+    c = reader_->Get();
+    if (!c.ok()) return c.status();
     r = run(**c);
-    // An idle connection finds out at its next use that the server
-    // restarted: connect again and read once more (reads change nothing).
-    if (!r.ok() && !(*c)->ok()) {
-      c = reader_->Get();
-      if (!c.ok()) {
-        r = c.status();
-        return;
-      }
-      r = run(**c);
-    }
-  });
+  }
   return r;
 }
 

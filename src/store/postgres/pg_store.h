@@ -89,6 +89,11 @@ class PgStore final : public Store, private CommitQueue::Backend {
   Result<pg::PgResult> Read(const std::function<Result<pg::PgResult>(pg::PgConn&)>& run);
   // Runs prepared read statement `name`.
   Result<pg::PgResult> Read(const char* name, const pg::Params& p);
+  // The read itself, on the calling thread (the read thread's).
+  Result<pg::PgResult> ReadNow(const std::function<Result<pg::PgResult>(pg::PgConn&)>& run);
+  // Queues `work` for the read thread; false before it starts or after
+  // Close, when the caller runs it itself.
+  bool QueueRead(std::function<void()> work);
   // Runs `fn` on the read thread: at once when called there, else queued
   // and waited for (at once, too, before the thread starts or after Close).
   void OnReadThread(const std::function<void()>& fn);
