@@ -340,6 +340,7 @@ void Engine::TakeStored(Job* j, const Result<std::optional<JobRecord>>& read) {
       PlaceDelayed(j);
       break;
     case StoredState::kReady:
+    case StoredState::kReserved:
     case StoredState::kDone:
       MakeReady(j);
       break;

@@ -31,6 +31,9 @@ Status Engine::Recover() {
         }
         [[fallthrough]];
       case StoredState::kReady:
+      // Held by a node of a cluster that used this database: one node
+      // keeps no reservations across a restart.
+      case StoredState::kReserved:
         MakeReady(j);
         break;
       case StoredState::kDone:  // never recovered

@@ -51,6 +51,8 @@ JobState FromStored(store::StoredState s) {
       return JobState::kBuried;
     case store::StoredState::kDone:
       return JobState::kDone;
+    case store::StoredState::kReserved:  // by a node of a cluster
+      return JobState::kReserved;
     case store::StoredState::kReady:
       break;
   }

@@ -10,6 +10,8 @@
 #include <utility>
 #include <variant>
 
+#include "common/overloaded.h"
+
 namespace delayd::store {
 
 CommitQueue::CommitQueue(Backend& backend, Options options, Executor executor)
@@ -163,14 +165,33 @@ void CommitQueue::SyncerLoop() {
 bool CommitQueue::Submission::MayConflict() const {
   bool may = false;
   ForEach([&](const Mutation& m) {
-    if (const auto* insert = std::get_if<change::InsertJob>(&m.change)) {
-      may = may || !insert->job.key.empty();
-    } else {
-      may = may || std::holds_alternative<change::PutTimer>(m.change) ||
-            std::holds_alternative<change::AdvanceTimer>(m.change);
-    }
+    may =
+        may || std::visit(Overloaded{
+                              [](const change::InsertJob& c) { return !c.job.key.empty(); },
+                              [](const change::UpdateJob& c) { return c.if_version.has_value(); },
+                              [](const change::ReplaceJob& c) { return c.if_version.has_value(); },
+                              [](const change::DeleteJob& c) { return c.if_version.has_value(); },
+                              [](const change::PutTimer&) { return true; },
+                              [](const change::AdvanceTimer&) { return true; },
+                              [](const change::PromoteDue&) { return true; },
+                              [](const change::RequeueExpired&) { return true; },
+                              [](const auto&) { return false; },
+                          },
+                          m.change);
   });
   return may;
+}
+
+bool CommitQueue::Submission::CheckedInOneStatement() const {
+  if (!more.empty()) return false;
+  return std::visit(Overloaded{
+                        [](const change::UpdateJob& c) { return c.if_version.has_value(); },
+                        [](const change::DeleteJob& c) { return c.if_version.has_value(); },
+                        [](const change::PromoteDue&) { return true; },
+                        [](const change::RequeueExpired&) { return true; },
+                        [](const auto&) { return false; },
+                    },
+                    mutation.change);
 }
 
 void CommitQueue::Complete(Batch batch, const Status& s) {

@@ -50,10 +50,17 @@ class CommitQueue {
       f(mutation);
       for (const Mutation& m : more) f(m);
     }
-    // Whether it can fail alone: a taken key, name or fire time, or a timer
-    // to advance that is gone. A backend gives such a submission a savepoint
-    // when it shares a batch, so that it fails without the rest.
+    // Whether it can fail alone: a taken key, name or fire time, a timer to
+    // advance that is gone, a job changed since the version it requires, or
+    // a fenced write of a lease lost. A backend gives such a submission a
+    // savepoint when it shares a batch, so that it fails without the rest,
+    // unless it is checked in one statement (below).
     bool MayConflict() const;
+    // Whether it is one change whose check is made in the one statement that
+    // applies it, so that failing the check changes nothing: a guarded update
+    // or delete of a job, or a fenced write. Its failure shows in the rows
+    // the statement changed, with no savepoint.
+    bool CheckedInOneStatement() const;
   };
   using Batch = std::deque<Submission>;
 

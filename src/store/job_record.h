@@ -6,10 +6,19 @@
 
 namespace delayd::store {
 
-// The states a job can have in the store. A reservation is never stored: a
-// reserved job is stored as ready, so after a crash it is ready again. A done
-// job is a finished job kept as history (and to hold its key) for a while.
-enum class StoredState : uint8_t { kReady = 0, kDelayed = 1, kBuried = 2, kDone = 3 };
+// The states a job can have in the store. A done job is a finished job kept
+// as history (and to hold its key) for a while. On one node a reservation is
+// never stored: a reserved job is stored as ready, so after a crash it is
+// ready again. In cluster mode (doc/cluster.md) the queue is the database's,
+// so a claimed job is stored as kReserved, with the node holding it and its
+// deadline.
+enum class StoredState : uint8_t {
+  kReady = 0,
+  kDelayed = 1,
+  kBuried = 2,
+  kDone = 3,
+  kReserved = 4
+};
 
 constexpr int64_t kMillisPerMinute = 60'000;
 // The due-time index groups jobs by minute, so each minute is one insertion
@@ -47,6 +56,14 @@ struct JobRecord {
   std::string attempt_log;  // JSON array of the latest delivery attempts; empty: none
   std::string last_error;   // why the last attempt failed; empty: none
   std::string body;         // an update never rewrites body, key or spec
+
+  // Cluster mode only (PostgreSQL; SQLite keeps none of these).
+  // The row's version, raised by every change: a write made on what was read
+  // at one version can require that nobody changed the row since
+  // (Mutation::IfVersion).
+  uint64_t version = 0;
+  std::string reserved_by;  // kReserved: the node holding the reservation
+  int64_t deadline_ms = 0;  // kReserved: wall ms when the reservation runs out
 };
 
 }  // namespace delayd::store

@@ -35,6 +35,8 @@
 
 namespace delayd::store {
 
+class SharedQueue;
+
 // When a mutation's done callback may report success.
 enum class Durability : uint8_t {
   // Synced to disk: survives a power cut. Anything whose loss would lose a
@@ -53,14 +55,22 @@ namespace change {
 struct InsertJob {
   JobRecord job;
 };
+// The changes of an existing job may require that the row still has the
+// version they were made on (cluster mode, where other nodes change rows
+// too): if it has another, or is gone, the mutation fails alone with
+// kConflict and changes nothing. SQLite, whose only writer is this process,
+// keeps no versions and does not check them.
 struct UpdateJob {  // every field but body, key and spec
   JobRecord job;
+  std::optional<uint64_t> if_version;
 };
 struct ReplaceJob {  // every field
   JobRecord job;
+  std::optional<uint64_t> if_version;
 };
 struct DeleteJob {
   uint64_t id = 0;
+  std::optional<uint64_t> if_version;
 };
 struct PauseTube {
   std::string tube;
@@ -88,16 +98,38 @@ struct AdvanceTimer {
   int64_t last_fire_ms = 0;
   std::vector<TimerFire> fires;
 };
+
+// Cluster mode (PostgreSQL only): writes a node makes as the owner of a
+// shard. Each is fenced: it fails alone with kConflict, changing nothing,
+// unless this node still holds the shard's lease at `epoch` when it commits
+// (doc/cluster.md, "Leases and fencing").
+struct Fence {
+  int shard = 0;
+  int64_t epoch = 0;
+};
+// The jobs of `ids` (all of the fence's shard) that are still delayed and due
+// by `now_ms` become ready.
+struct PromoteDue {
+  Fence fence;
+  std::vector<uint64_t> ids;
+  int64_t now_ms = 0;
+};
+// Reservations of the shard whose deadline is before `before_ms` (their node
+// died or lost them) go back to ready, as an expired ttr does.
+struct RequeueExpired {
+  Fence fence;
+  int64_t before_ms = 0;
+};
 }  // namespace change
 
 // How long a kWritten change may wait for its sync, unless configured.
 inline constexpr int64_t kDefaultSyncDelayMs = 10;
 
 struct Mutation {
-  using Change =
-      std::variant<change::InsertJob, change::UpdateJob, change::ReplaceJob, change::DeleteJob,
-                   change::PauseTube, change::SetTopicSettings, change::PurgeDone, change::PutTimer,
-                   change::DeleteTimer, change::AdvanceTimer>;
+  using Change = std::variant<change::InsertJob, change::UpdateJob, change::ReplaceJob,
+                              change::DeleteJob, change::PauseTube, change::SetTopicSettings,
+                              change::PurgeDone, change::PutTimer, change::DeleteTimer,
+                              change::AdvanceTimer, change::PromoteDue, change::RequeueExpired>;
   Change change;
   Durability durability = Durability::kSynced;
 
@@ -106,10 +138,13 @@ struct Mutation {
     durability = Durability::kWritten;
     return std::move(*this);
   }
+  // This change of an existing job, only if its row still has `version`
+  // (change::UpdateJob). REQUIRES: an update, replace or delete.
+  Mutation IfVersion(uint64_t version) &&;
   static Mutation Insert(JobRecord j) { return {change::InsertJob{std::move(j)}}; }
-  static Mutation Update(JobRecord j) { return {change::UpdateJob{std::move(j)}}; }
-  static Mutation Replace(JobRecord j) { return {change::ReplaceJob{std::move(j)}}; }
-  static Mutation Delete(uint64_t id) { return {change::DeleteJob{id}}; }
+  static Mutation Update(JobRecord j) { return {change::UpdateJob{std::move(j), {}}}; }
+  static Mutation Replace(JobRecord j) { return {change::ReplaceJob{std::move(j), {}}}; }
+  static Mutation Delete(uint64_t id) { return {change::DeleteJob{id, {}}}; }
   static Mutation PauseTube(std::string tube, int64_t pause_ms, int64_t unpause_ms) {
     return {change::PauseTube{std::move(tube), pause_ms, unpause_ms}};
   }
@@ -123,7 +158,20 @@ struct Mutation {
                                std::vector<TimerFire> fires) {
     return {change::AdvanceTimer{id, next_fire_ms, last_fire_ms, std::move(fires)}};
   }
+  static Mutation Promote(change::Fence f, std::vector<uint64_t> ids, int64_t now_ms) {
+    return {change::PromoteDue{f, std::move(ids), now_ms}};
+  }
+  static Mutation Requeue(change::Fence f, int64_t before_ms) {
+    return {change::RequeueExpired{f, before_ms}};
+  }
 };
+
+inline Mutation Mutation::IfVersion(uint64_t version) && {
+  if (auto* u = std::get_if<change::UpdateJob>(&change)) u->if_version = version;
+  if (auto* r = std::get_if<change::ReplaceJob>(&change)) r->if_version = version;
+  if (auto* d = std::get_if<change::DeleteJob>(&change)) d->if_version = version;
+  return std::move(*this);
+}
 
 struct TubePause {
   std::string tube;
@@ -222,6 +270,10 @@ class Store {
   virtual Result<std::vector<TimerFire>> TimerFires(uint64_t timer_id, size_t limit) = 0;
 
   virtual StoreStats stats() const = 0;
+
+  // What a store shared by the nodes of a cluster offers beyond this
+  // interface (store/shared_queue.h); null for a store of one node.
+  virtual SharedQueue* shared() { return nullptr; }
 
   // Applies everything queued, runs its callbacks, and stops the writer.
   virtual void Close() = 0;

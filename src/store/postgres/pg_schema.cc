@@ -103,6 +103,18 @@ INSERT INTO shard_leases (shard, owner, epoch, expires_at)
   SELECT s, NULL, 0, '-infinity'
   FROM generate_series(0, (SELECT value FROM meta WHERE key = 'shards') - 1) AS s;
 )sql",
+    // Version 3: the queue of cluster mode (doc/cluster.md). Every change of
+    // a row raises its version, so a node can require that nobody changed it
+    // since it read it; a claimed job is state 4, held by a node until a
+    // deadline. jobs_ready is the claim order (beanstalkd's: priority, then
+    // id) per tube; jobs_held finds a shard's reservations by deadline.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN ver bigint NOT NULL DEFAULT 0,
+                 ADD COLUMN reserved_by text,
+                 ADD COLUMN deadline_ms bigint;
+CREATE INDEX jobs_ready ON jobs (tube, pri, id) WHERE state = 0;
+CREATE INDEX jobs_held ON jobs (shard, deadline_ms) WHERE state = 4;
+)sql",
 };
 
 // A fixed hash (FNV-1a, 64 bits): shards are stored, so it never changes.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -15,6 +16,7 @@
 
 namespace delayd::store {
 
+using pg::ArrayParam;
 using pg::kBytea;
 using pg::kInt8;
 using pg::kText;
@@ -27,10 +29,12 @@ namespace {
 // The states are stored as these numbers, as on SQLite.
 static_assert(static_cast<int>(StoredState::kDelayed) == 1);
 static_assert(static_cast<int>(StoredState::kDone) == 3);
+static_assert(static_cast<int>(StoredState::kReserved) == 4);
 
 constexpr const char* kJobColumns =
     "id, tube, pri, state, due_ms, delay_ms, ttr_ms, created_ms, reserves, timeouts, releases, "
-    "buries, kicks, body, key, spec, attempt_log, last_error, done_ms, run_at_ms";
+    "buries, kicks, body, key, spec, attempt_log, last_error, done_ms, run_at_ms, ver, "
+    "reserved_by, deadline_ms";
 constexpr const char* kTimerColumns =
     "id, name, definition, next_fire_ms, last_fire_ms, created_ms";
 
@@ -38,6 +42,8 @@ constexpr const char* kTimerColumns =
 constexpr Oid kJobTypes[] = {kInt8, kInt8,  kText,  kInt8,  kInt8,  kInt8, kInt8, kInt8,
                              kInt8, kInt8,  kInt8,  kInt8,  kInt8,  kInt8, kInt8, kInt8,
                              kInt8, kBytea, kBytea, kBytea, kBytea, kBytea};
+// Due notices per notify (each at most 48 bytes; a notice holds 8000).
+constexpr size_t kDuePerNotice = 150;
 // Rows per "insert" statement at most.
 constexpr size_t kInsertRows = 1024;
 // Done jobs removed per purge statement, so a purge never holds the writer long.
@@ -56,6 +62,30 @@ std::string Select(const char* columns, const char* rest) {
   return fmt::format("SELECT {} {}", columns, rest);
 }
 
+// "a, b" as "t.a, t.b".
+std::string Qualified(std::string_view columns, std::string_view table) {
+  std::string out;
+  while (!columns.empty()) {
+    const size_t comma = columns.find(", ");
+    if (!out.empty()) out += ", ";
+    fmt::format_to(std::back_inserter(out), "{}.{}", table, columns.substr(0, comma));
+    columns = comma == std::string_view::npos ? std::string_view() : columns.substr(comma + 2);
+  }
+  return out;
+}
+
+// The lease row a fenced write locks (FOR SHARE, until it commits) and
+// requires: shard $1 held by node $2 at epoch $3. A new owner's take of the
+// shard updates that row, so it waits for the write to commit, and a write
+// after the take finds no such row. The write's statement then reports the
+// row (one row: done; none: refused) and announces the tubes it made ready.
+constexpr const char* kFence =
+    "WITH f AS (SELECT shard FROM shard_leases WHERE shard=$1 AND owner=$2 AND epoch=$3 "
+    "FOR SHARE), ";
+constexpr const char* kFenceEnd =
+    ", n AS (SELECT pg_notify('delayd_ready', t.tube) FROM (SELECT DISTINCT tube FROM p) t) "
+    "SELECT 1 FROM f WHERE (SELECT count(*) FROM n) >= 0";
+
 // Every statement, prepared on each connection (each uses its own few).
 std::vector<Statement> Statements() {
   const std::vector<Oid> job_types(std::begin(kJobTypes), std::end(kJobTypes));
@@ -65,10 +95,15 @@ std::vector<Statement> Statements() {
                               : t == kText ? pg::kTextArray
                                            : pg::kByteaArray);
   }
+  // A change raises the row's version; $25, when not NULL, is the version
+  // the row must have (a guarded change).
+  std::vector<Oid> change_types = job_types;
+  change_types.insert(change_types.end(), {kText, kInt8, kInt8});
   const char* update_set =
       "pri=$4, state=$5, due_ms=$6, due_min=$7, delay_ms=$8, ttr_ms=$9, done_ms=$11, "
       "reserves=$13, timeouts=$14, releases=$15, buries=$16, kicks=$17, "
-      "attempt_log=$20, last_error=$21";
+      "attempt_log=$20, last_error=$21, ver=ver+1, reserved_by=$23, deadline_ms=$24";
+  const char* guard = "($25::int8 IS NULL OR ver=$25)";
   return {
       // Many rows, each parameter an array of one column (Columns).
       {"insert",
@@ -78,13 +113,49 @@ std::vector<Statement> Statements() {
        "$10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
        job_array_types},
       // Every field but body, key and spec (JobFields, some unused).
-      {"update", fmt::format("UPDATE jobs SET {} WHERE id=$2", update_set), job_types},
+      {"update", fmt::format("UPDATE jobs SET {} WHERE id=$2 AND {}", update_set, guard),
+       change_types},
       {"replace",
        fmt::format("UPDATE jobs SET {}, shard=$1, tube=$3, run_at_ms=$12, key=$18, spec=$19, "
-                   "body=$22 WHERE id=$2",
-                   update_set),
-       job_types},
-      {"delete", "DELETE FROM jobs WHERE id=$1", {kInt8}},
+                   "body=$22 WHERE id=$2 AND {}",
+                   update_set, guard),
+       change_types},
+      {"delete", "DELETE FROM jobs WHERE id=$1 AND ($2::int8 IS NULL OR ver=$2)", {kInt8, kInt8}},
+      // Cluster mode: the fenced writes of a shard's owner (kFence).
+      {"promote",
+       fmt::format("{}p AS (UPDATE jobs SET state=0, ver=ver+1 WHERE shard=$1 AND id=ANY($4) AND "
+                   "state=1 AND due_ms<=$5 AND EXISTS (SELECT 1 FROM f) RETURNING tube){}",
+                   kFence, kFenceEnd),
+       {kInt8, kText, kInt8, pg::kInt8Array, kInt8}},
+      {"requeue",
+       fmt::format("{}p AS (UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, "
+                   "deadline_ms=NULL, timeouts=timeouts+1 WHERE shard=$1 AND state=4 AND "
+                   "deadline_ms<$4 AND EXISTS (SELECT 1 FROM f) RETURNING tube){}",
+                   kFence, kFenceEnd),
+       {kInt8, kText, kInt8, kInt8}},
+      // Claims: the best ready jobs of the tubes ($3), at most $4; per tube
+      // in the claim order of jobs_ready, skipping rows another node is
+      // claiming, then the best of those over all the tubes.
+      {"claim",
+       fmt::format("UPDATE jobs j SET state=4, ver=j.ver+1, reserved_by=$1, "
+                   "deadline_ms=$2+j.ttr_ms, reserves=j.reserves+1 "
+                   "FROM (SELECT c.shard, c.id FROM unnest($3::text[]) AS t(name) "
+                   "CROSS JOIN LATERAL (SELECT shard, id, pri FROM jobs WHERE state=0 AND "
+                   "tube=t.name ORDER BY pri, id LIMIT $4 FOR UPDATE SKIP LOCKED) c "
+                   "ORDER BY c.pri, c.id LIMIT $4) w "
+                   "WHERE j.shard=w.shard AND j.id=w.id RETURNING {}",
+                   Qualified(kJobColumns, "j")),
+       {kText, kInt8, pg::kTextArray, kInt8}},
+      // A block of $1 ids after every id handed out or stored.
+      {"take_ids",
+       "INSERT INTO meta (key, value) VALUES ('next_id', coalesce((SELECT max(id) FROM jobs), "
+       "0) + 1 + $1) ON CONFLICT (key) DO UPDATE SET value=greatest(meta.value, "
+       "coalesce((SELECT max(id) FROM jobs), 0) + 1) + $1 RETURNING value - $1",
+       {kInt8}},
+      {"notify_ready",
+       "SELECT pg_notify('delayd_ready', t) FROM unnest($1::text[]) AS t",
+       {pg::kTextArray}},
+      {"notify_due", "SELECT pg_notify('delayd_due', $1)", {kText}},
       {"pause",
        "INSERT INTO tubes (name, pause_ms, unpause_ms) VALUES ($1, $2, $3) ON CONFLICT (name) "
        "DO UPDATE SET pause_ms=excluded.pause_ms, unpause_ms=excluded.unpause_ms",
@@ -202,9 +273,21 @@ void JobFields(const JobRecord& j, int shard, Sink& out) {
   out.Bytes(j.body);
 }
 
-Params JobParams(const JobRecord& j, int shard) {
+// The parameters of "update" and "replace": the row, then what cluster mode
+// adds (a reservation's holder and deadline, the version required).
+Params ChangeParams(const JobRecord& j, int shard, std::optional<uint64_t> if_version) {
   Params p;
   JobFields(j, shard, p);
+  if (j.state == StoredState::kReserved) {
+    p.Bytes(j.reserved_by).Int(j.deadline_ms);
+  } else {
+    p.Null().Null();
+  }
+  if (if_version) {
+    p.Int(static_cast<int64_t>(*if_version));
+  } else {
+    p.Null();
+  }
   return p;
 }
 
@@ -261,6 +344,9 @@ JobRecord ReadJob(const PGresult* r, int row) {
   j.last_error = GetBytes(r, row, 17);
   j.done_ms = GetInt(r, row, 18);
   j.run_at_ms = GetInt(r, row, 19);
+  j.version = static_cast<uint64_t>(GetInt(r, row, 20));
+  j.reserved_by = GetBytes(r, row, 21);
+  j.deadline_ms = GetInt(r, row, 22);
   return j;
 }
 
@@ -377,22 +463,26 @@ class PgStore::Batcher {
     inserts_->Add(j, shard);
     if (inserts_->rows() >= kInsertRows) SendInserts();
   }
-  // Queues a statement; `must_change`: changing no row is a conflict.
-  void Send(const char* name, const Params& p, bool must_change = false) {
+  // Queues a statement. With `if_none`, changing (or returning) no row is a
+  // kConflict saying `if_none`: the submission's own failure when `own` is
+  // given (the statement changed nothing, so the rest may commit), else the
+  // batch's.
+  void Send(const char* name, const Params& p, const char* if_none = nullptr,
+            Status* own = nullptr) {
     SendInserts();
     if (!status_.ok()) return;
-    Status s = conn_.Send(name, p);
-    Track(s, name, must_change);
+    Track(conn_.Send(name, p), {if_none, own});
   }
   void Sql(const char* sql) {
     SendInserts();
     if (!status_.ok()) return;
-    Track(conn_.SendSql(sql), sql, false);
+    Track(conn_.SendSql(sql), {nullptr, nullptr});
   }
-  // Whether a statement sent since the last Flush must change a row: its
-  // result must be read before the transaction commits.
+  // Whether a statement sent since the last Flush may fail the batch by
+  // changing no row: its result must be read before the transaction commits.
   bool checks_pending() const {
-    return std::any_of(sent_.begin(), sent_.end(), [](const Sent& st) { return st.must_change; });
+    return std::any_of(sent_.begin(), sent_.end(),
+                       [](const Sent& st) { return st.if_none != nullptr && st.own == nullptr; });
   }
   // Reads every result sent: the first failure since the last Flush.
   Status Flush() {
@@ -404,8 +494,12 @@ class PgStore::Batcher {
     for (const Sent& st : sent_) {
       uint64_t changed = 0;
       Status one = s.ok() ? conn_.Next(&changed) : s;
-      if (one.ok() && st.must_change && changed == 0) {
-        one = Status::Conflict(std::string(st.what) + ": no such row");
+      if (one.ok() && st.if_none != nullptr && changed == 0) {
+        if (st.own != nullptr) {
+          *st.own = Status::Conflict(st.if_none);
+          continue;
+        }
+        one = Status::Conflict(st.if_none);
       }
       if (first.ok() && !one.ok()) first = one;
     }
@@ -416,8 +510,8 @@ class PgStore::Batcher {
 
  private:
   struct Sent {
-    const char* what;
-    bool must_change;
+    const char* if_none;  // Send's
+    Status* own;
   };
 
   void SendInserts() {
@@ -425,14 +519,14 @@ class PgStore::Batcher {
     Params p = inserts_->ToParams();
     inserts_.reset();
     if (!status_.ok()) return;
-    Track(conn_.Send("insert", p), "insert", false);
+    Track(conn_.Send("insert", p), {nullptr, nullptr});
   }
-  void Track(Status s, const char* what, bool must_change) {
+  void Track(Status s, Sent sent) {
     if (!s.ok()) {
       status_ = s;
       return;
     }
-    sent_.push_back({what, must_change});
+    sent_.push_back(sent);
     if (sent_.size() >= kPipelineDepth) status_ = Flush();
   }
   Status ReadSync() {
@@ -452,11 +546,102 @@ class PgStore::Batcher {
   Status status_;
 };
 
+namespace {
+// The lane whose thread this is, if it is one.
+thread_local const void* current_lane = nullptr;
+}  // namespace
+
+class PgStore::Lane {
+ public:
+  Lane(const std::string& conninfo, const char* role) : link_(conninfo, role, false) {}
+  ~Lane() { Stop(); }
+
+  Link& link() { return link_; }
+  void Start() {
+    thread_ = std::thread([this] {
+      current_lane = this;
+      Loop();
+    });
+  }
+  // Queues `work`; false before Start or after Stop, when the caller runs it
+  // itself.
+  bool Queue(std::function<void()> work) {
+    std::lock_guard lock(mu_);
+    if (stopped_ || !thread_.joinable()) return false;
+    work_.push_back(std::move(work));
+    cv_.notify_all();
+    return true;
+  }
+  // Runs `fn` on the lane's thread: at once when called there, else queued
+  // and waited for (at once, too, while the thread does not run).
+  void Run(const std::function<void()>& fn) {
+    if (current_lane == this) return fn();
+    bool done = false;
+    const bool queued = Queue([&] {
+      fn();
+      std::lock_guard lock(mu_);
+      done = true;
+      done_cv_.notify_all();
+    });
+    if (!queued) return fn();
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return done; });
+  }
+  // Runs `run` on the lane's connection, from the lane's thread (or while it
+  // does not run). An idle connection finds out at its next use that the
+  // server restarted: `run` is made once more on a new connection, so it
+  // must be a statement that may be repeated (a read, a claim).
+  Result<PgResult> Use(const std::function<Result<PgResult>(PgConn&)>& run) {
+    auto c = link_.Get();
+    if (!c.ok()) return c.status();
+    auto r = run(**c);
+    if (!r.ok() && !(*c)->ok()) {
+      c = link_.Get();
+      if (!c.ok()) return c.status();
+      r = run(**c);
+    }
+    return r;
+  }
+  // Runs the work still queued, then stops the thread.
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::function<void()> work;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopped_ || !work_.empty(); });
+        if (work_.empty()) return;
+        work = std::move(work_.front());
+        work_.pop_front();
+      }
+      work();
+    }
+  }
+
+  Link link_;
+  std::mutex mu_;
+  std::condition_variable cv_;       // work queued, or stop
+  std::condition_variable done_cv_;  // work Run waits for is done
+  std::deque<std::function<void()>> work_;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
 PgStore::PgStore(PgOptions options, Executor executor)
     : options_(std::move(options)),
       writer_(std::make_unique<Link>(options_.conninfo, "writer", true)),
       syncer_(std::make_unique<Link>(options_.conninfo, "syncer", false)),
-      reader_(std::make_unique<Link>(options_.conninfo, "reader", false)),
+      reads_(std::make_unique<Lane>(options_.conninfo, "reader")),
+      claims_(std::make_unique<Lane>(options_.conninfo, "claimer")),
       executor_(executor),
       queue_(*this, {.max_batch = options_.max_batch, .sync_delay_ms = options_.sync_delay_ms},
              std::move(executor)) {}
@@ -483,7 +668,9 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
     Status s = pg::Migrate(**migrator, store->options_.shards, &store->shards_);
     if (!s.ok()) return s;
   }
-  for (Link* link : {store->writer_.get(), store->syncer_.get(), store->reader_.get()}) {
+  std::vector<Link*> links = {store->writer_.get(), store->syncer_.get(), &store->reads_->link()};
+  if (store->shared() != nullptr) links.push_back(&store->claims_->link());
+  for (Link* link : links) {
     auto c = link->Get();
     if (!c.ok()) return c.status();
   }
@@ -492,72 +679,31 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
   store->commit_seq_ = PQntuples(seq->get()) ? pg::GetInt(seq->get(), 0, 0) : 0;
   store->writer_connects_ = store->synced_writer_connects_ = store->writer_->connects();
   store->queue_.Start();
-  store->read_thread_ = std::thread([s = store.get()] { s->ReadLoop(); });
+  store->reads_->Start();
+  if (store->shared() != nullptr) store->claims_->Start();
   return store;
 }
 
 PgStore::~PgStore() { Close(); }
 
-// Reads still queued are made, and answered, before the read thread stops.
+// Work still queued on the lanes is done, and answered, before they stop.
 void PgStore::Close() {
   queue_.Close();
-  {
-    std::lock_guard lock(read_mu_);
-    reads_stopped_ = true;
-  }
-  read_cv_.notify_all();
-  if (read_thread_.joinable()) read_thread_.join();
+  listener_.reset();
+  claims_->Stop();
+  reads_->Stop();
 }
 
-namespace {
-// The store whose read thread this is, if it is one.
-thread_local const PgStore* reading_for = nullptr;
-}  // namespace
-
-void PgStore::ReadLoop() {
-  reading_for = this;
-  for (;;) {
-    std::function<void()> work;
-    {
-      std::unique_lock lock(read_mu_);
-      read_cv_.wait(lock, [&] { return reads_stopped_ || !reads_.empty(); });
-      if (reads_.empty()) return;
-      work = std::move(reads_.front());
-      reads_.pop_front();
-    }
+void PgStore::Aside(Lane& lane, std::function<void()> work, std::function<void()> answer) {
+  auto both = [this, work = std::move(work), answer = std::move(answer)]() mutable {
     work();
-  }
-}
-
-bool PgStore::QueueRead(std::function<void()> work) {
-  std::lock_guard lock(read_mu_);
-  // Before Open starts the thread, or after Close: the caller reads itself.
-  if (reads_stopped_ || !read_thread_.joinable()) return false;
-  reads_.push_back(std::move(work));
-  read_cv_.notify_all();
-  return true;
+    executor_(std::move(answer));
+  };
+  if (!lane.Queue(both)) both();
 }
 
 void PgStore::ReadAside(std::function<void()> read, std::function<void()> then) {
-  auto work = [this, read = std::move(read), then = std::move(then)]() mutable {
-    read();
-    executor_(std::move(then));
-  };
-  if (!QueueRead(work)) work();
-}
-
-void PgStore::OnReadThread(const std::function<void()>& fn) {
-  if (reading_for == this) return fn();
-  bool done = false;
-  const bool queued = QueueRead([&] {
-    fn();
-    std::lock_guard lock(read_mu_);
-    done = true;
-    read_done_cv_.notify_all();
-  });
-  if (!queued) return fn();
-  std::unique_lock lock(read_mu_);
-  read_done_cv_.wait(lock, [&] { return done; });
+  Aside(*reads_, std::move(read), std::move(then));
 }
 
 StoreStats PgStore::stats() const { return queue_.stats(); }
@@ -606,74 +752,134 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   PgConn& conn = **c;
   Batcher b(conn);
   uint64_t max_id = 0;
-  auto apply = [&](const Mutation& m) {
-    std::visit(Overloaded{
-                   [&](const change::InsertJob& x) {
-                     b.Insert(x.job, pg::JobShard(x.job.id, x.job.tube, x.job.key, shards_));
-                     max_id = std::max(max_id, x.job.id);
-                   },
-                   [&](const change::ReplaceJob& x) {
-                     b.Send("replace", JobParams(x.job, pg::JobShard(x.job.id, x.job.tube,
-                                                                     x.job.key, shards_)));
-                   },
-                   [&](const change::UpdateJob& x) { b.Send("update", JobParams(x.job, 0)); },
-                   [&](const change::DeleteJob& x) {
-                     b.Send("delete", Params().Int(static_cast<int64_t>(x.id)));
-                   },
-                   [&](const change::PauseTube& x) {
-                     b.Send("pause", Params().Bytes(x.tube).Int(x.pause_ms).Int(x.unpause_ms));
-                   },
-                   [&](const change::SetTopicSettings& x) {
-                     b.Send("settings", Params().Bytes(x.tube).OptionalBytes(x.settings));
-                   },
-                   [&](const change::PurgeDone& x) { b.Send("purge", Params().Int(x.before_ms)); },
-                   [&](const change::PutTimer& x) {
-                     const TimerRecord& t = x.timer;
-                     const int64_t id = static_cast<int64_t>(t.id);
-                     b.Send("timer_put", Params()
-                                             .Int(pg::TimerShard(t.id, shards_))
-                                             .Int(id)
-                                             .Bytes(t.name)
-                                             .Bytes(t.definition)
-                                             .Int(t.next_fire_ms)
-                                             .Int(t.last_fire_ms)
-                                             .Int(t.created_ms));
-                     // Like job ids, timer ids never repeat: a new timer's fire keys
-                     // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
-                     b.Send("set_next", Params().Bytes("next_timer_id").Int(id + 1));
-                   },
-                   [&](const change::DeleteTimer& x) {
-                     Params p;
-                     p.Int(pg::TimerShard(x.id, shards_)).Int(static_cast<int64_t>(x.id));
-                     b.Send("timer_delete_fires", p);
-                     b.Send("timer_delete", p);
-                   },
-                   [&](const change::AdvanceTimer& x) {
-                     const int64_t shard = pg::TimerShard(x.id, shards_);
-                     const int64_t id = static_cast<int64_t>(x.id);
-                     b.Send("timer_advance",
-                            Params().Int(shard).Int(id).Int(x.next_fire_ms).Int(x.last_fire_ms),
-                            /*must_change=*/true);
-                     for (const TimerFire& f : x.fires) {
-                       b.Send("fire_insert", Params()
-                                                 .Int(pg::TimerShard(f.timer_id, shards_))
-                                                 .Int(static_cast<int64_t>(f.timer_id))
-                                                 .Int(f.fire_ms)
-                                                 .Int(static_cast<int64_t>(f.job_id))
-                                                 .Bytes(f.outcome)
-                                                 .Int(f.at_ms));
-                     }
-                     b.Send("fire_prune", Params().Int(shard).Int(id));
-                   },
-               },
-               m.change);
+  // Cluster mode: what the batch announces, sent in it (PgStore's header).
+  const bool announce = shared() != nullptr;
+  const int64_t due_before = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count() +
+                             options_.due_notice_ms;
+  std::set<std::string> ready_tubes;
+  std::vector<DueEntry> due;
+  auto notice = [&](const JobRecord& j, int shard) {
+    if (!announce) return;
+    if (j.state == StoredState::kReady) ready_tubes.insert(j.tube);
+    if (j.state == StoredState::kDelayed && j.due_ms < due_before) {
+      due.push_back({shard, j.id, j.due_ms});
+    }
+  };
+  // A guarded change or a fenced write that fails its check changes nothing
+  // and fails its submission only; `own` is that submission's status when
+  // it is checked in its one statement, else null (a savepoint catches it).
+  constexpr const char* kChanged = "the job was changed by another node, or is gone";
+  constexpr const char* kFenced = "fenced: this node no longer holds the shard's lease";
+  auto guard = [](std::optional<uint64_t> v) { return v ? kChanged : nullptr; };
+  auto apply = [&](const Mutation& m, Status* own) {
+    std::visit(
+        Overloaded{
+            [&](const change::InsertJob& x) {
+              const int shard = ShardOf(x.job);
+              b.Insert(x.job, shard);
+              notice(x.job, shard);
+              max_id = std::max(max_id, x.job.id);
+            },
+            [&](const change::ReplaceJob& x) {
+              const int shard = ShardOf(x.job);
+              b.Send("replace", ChangeParams(x.job, shard, x.if_version), guard(x.if_version), own);
+              notice(x.job, shard);
+            },
+            [&](const change::UpdateJob& x) {
+              b.Send("update", ChangeParams(x.job, 0, x.if_version), guard(x.if_version), own);
+              notice(x.job, ShardOf(x.job));
+            },
+            [&](const change::DeleteJob& x) {
+              Params p;
+              p.Int(static_cast<int64_t>(x.id));
+              if (x.if_version) {
+                p.Int(static_cast<int64_t>(*x.if_version));
+              } else {
+                p.Null();
+              }
+              b.Send("delete", p, guard(x.if_version), own);
+            },
+            [&](const change::PauseTube& x) {
+              b.Send("pause", Params().Bytes(x.tube).Int(x.pause_ms).Int(x.unpause_ms));
+            },
+            [&](const change::SetTopicSettings& x) {
+              b.Send("settings", Params().Bytes(x.tube).OptionalBytes(x.settings));
+            },
+            [&](const change::PurgeDone& x) { b.Send("purge", Params().Int(x.before_ms)); },
+            [&](const change::PutTimer& x) {
+              const TimerRecord& t = x.timer;
+              const int64_t id = static_cast<int64_t>(t.id);
+              b.Send("timer_put", Params()
+                                      .Int(pg::TimerShard(t.id, shards_))
+                                      .Int(id)
+                                      .Bytes(t.name)
+                                      .Bytes(t.definition)
+                                      .Int(t.next_fire_ms)
+                                      .Int(t.last_fire_ms)
+                                      .Int(t.created_ms));
+              // Like job ids, timer ids never repeat: a new timer's fire keys
+              // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
+              b.Send("set_next", Params().Bytes("next_timer_id").Int(id + 1));
+            },
+            [&](const change::DeleteTimer& x) {
+              Params p;
+              p.Int(pg::TimerShard(x.id, shards_)).Int(static_cast<int64_t>(x.id));
+              b.Send("timer_delete_fires", p);
+              b.Send("timer_delete", p);
+            },
+            [&](const change::AdvanceTimer& x) {
+              const int64_t shard = pg::TimerShard(x.id, shards_);
+              const int64_t id = static_cast<int64_t>(x.id);
+              b.Send("timer_advance",
+                     Params().Int(shard).Int(id).Int(x.next_fire_ms).Int(x.last_fire_ms),
+                     "advance timer: no such timer");
+              for (const TimerFire& f : x.fires) {
+                b.Send("fire_insert", Params()
+                                          .Int(pg::TimerShard(f.timer_id, shards_))
+                                          .Int(static_cast<int64_t>(f.timer_id))
+                                          .Int(f.fire_ms)
+                                          .Int(static_cast<int64_t>(f.job_id))
+                                          .Bytes(f.outcome)
+                                          .Int(f.at_ms));
+              }
+              b.Send("fire_prune", Params().Int(shard).Int(id));
+            },
+            [&](const change::PromoteDue& x) {
+              ArrayParam ids(kInt8);
+              for (uint64_t id : x.ids) ids.Int(static_cast<int64_t>(id));
+              b.Send("promote",
+                     Params()
+                         .Int(x.fence.shard)
+                         .Bytes(options_.node_id)
+                         .Int(x.fence.epoch)
+                         .Array(ids)
+                         .Int(x.now_ms),
+                     kFenced, own);
+            },
+            [&](const change::RequeueExpired& x) {
+              b.Send("requeue",
+                     Params()
+                         .Int(x.fence.shard)
+                         .Bytes(options_.node_id)
+                         .Int(x.fence.epoch)
+                         .Int(x.before_ms),
+                     kFenced, own);
+            },
+        },
+        m.change);
   };
 
   b.Sql("BEGIN");
   Status s;
   for (auto& p : batch) {
+    if (p.CheckedInOneStatement()) {
+      apply(p.mutation, &p.status);
+      continue;
+    }
     if (batch.size() == 1 || !p.MayConflict()) {
-      p.ForEach(apply);
+      p.ForEach([&](const Mutation& m) { apply(m, nullptr); });
       continue;
     }
     // Everything before it first, so that a failure is known to be its own.
@@ -681,7 +887,7 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
     if (!s.ok()) break;
     const uint64_t max_id_before = max_id;
     b.Sql("SAVEPOINT one");
-    p.ForEach(apply);
+    p.ForEach([&](const Mutation& m) { apply(m, nullptr); });
     Status one = b.Flush();
     if (one.code() == StatusCode::kConflict) {
       b.Sql("ROLLBACK TO SAVEPOINT one");
@@ -697,6 +903,18 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   // ids never repeat across restarts.
   if (s.ok() && max_id >= next_id_floor_) {
     b.Send("set_next", Params().Bytes("next_id").Int(static_cast<int64_t>(max_id + 1)));
+  }
+  if (s.ok() && !ready_tubes.empty()) {
+    ArrayParam tubes(kText);
+    for (const std::string& t : ready_tubes) tubes.Bytes(t);
+    b.Send("notify_ready", Params().Array(tubes));
+  }
+  // A notice holds at most 8000 bytes: 150 entries of at most 48.
+  for (size_t i = 0; s.ok() && i < due.size(); i += kDuePerNotice) {
+    const std::string payload = FormatDue(std::vector<DueEntry>(
+        due.begin() + static_cast<ptrdiff_t>(i),
+        due.begin() + static_cast<ptrdiff_t>(std::min(due.size(), i + kDuePerNotice))));
+    b.Send("notify_due", Params().Bytes(payload));
   }
   // This commit's number, for the syncer (Sync).
   const int64_t seq = commit_seq_.load() + 1;
@@ -722,21 +940,7 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
 
 Result<PgResult> PgStore::Read(const std::function<Result<PgResult>(PgConn&)>& run) {
   Result<PgResult> r = Status::Internal("postgres: read not made");
-  OnReadThread([&] { r = ReadNow(run); });
-  return r;
-}
-
-Result<PgResult> PgStore::ReadNow(const std::function<Result<PgResult>(PgConn&)>& run) {
-  auto c = reader_->Get();
-  if (!c.ok()) return c.status();
-  auto r = run(**c);
-  // An idle connection finds out at its next use that the server restarted:
-  // connect again and read once more (reads change nothing).
-  if (!r.ok() && !(*c)->ok()) {
-    c = reader_->Get();
-    if (!c.ok()) return c.status();
-    r = run(**c);
-  }
+  reads_->Run([&] { r = reads_->Use(run); });
   return r;
 }
 
@@ -745,14 +949,21 @@ Result<PgResult> PgStore::Read(const char* name, const Params& p) {
 }
 
 Result<Recovered> PgStore::Recover(int64_t horizon_minute) {
-  auto c = reader_->Get();
-  if (!c.ok()) return c.status();
-  auto query = [&](const std::string& sql, const Params& p) { return (*c)->Query(sql, p); };
+  Result<Recovered> out = Status::Internal("postgres: recovery not made");
+  reads_->Run([&] { out = RecoverNow(horizon_minute); });
+  return out;
+}
+
+Result<Recovered> PgStore::RecoverNow(int64_t horizon_minute) {
+  auto query = [&](const std::string& sql, const Params& p) {
+    return reads_->Use([&](PgConn& c) { return c.Query(sql, p); });
+  };
   Recovered out;
-  // Ready, buried, and delayed through the horizon: read whole.
+  // Ready, buried, and delayed through the horizon: read whole; so are jobs
+  // reserved by the nodes of a cluster that used this database, ready again.
   auto jobs =
       Rows(query(Select(kJobColumns,
-                        "FROM jobs WHERE state IN (0, 2) OR (state=1 AND due_min<=$1::int8) "
+                        "FROM jobs WHERE state IN (0, 2, 4) OR (state=1 AND due_min<=$1::int8) "
                         "ORDER BY id"),
                  Params().Int(horizon_minute)),
            ReadJob);
@@ -894,6 +1105,77 @@ Result<uint64_t> PgStore::NextTimerId() {
   auto r = Read("next_timer_id", Params());
   if (!r.ok()) return r.status();
   return static_cast<uint64_t>(pg::GetInt(r->get(), 0, 0));
+}
+
+int PgStore::ShardOf(const JobRecord& j) const {
+  return pg::JobShard(j.id, j.tube, j.key, shards_);
+}
+
+void PgStore::Claim(ClaimQuery q, std::function<void(Result<std::vector<JobRecord>>)> done) {
+  auto out = std::make_shared<Result<std::vector<JobRecord>>>(std::vector<JobRecord>());
+  Aside(
+      *claims_,
+      [this, q = std::move(q), out] {
+        if (q.tubes.empty() || q.limit == 0) return;
+        ArrayParam tubes(kText);
+        for (const std::string& t : q.tubes) tubes.Bytes(t);
+        Params p;
+        p.Bytes(options_.node_id).Int(q.now_ms).Array(tubes).Int(static_cast<int64_t>(q.limit));
+        *out = Rows(claims_->Use([&](PgConn& c) { return c.Run("claim", p); }), ReadJob);
+        if (out->ok()) {
+          // RETURNING keeps no order: best first, as the claim chose them.
+          std::sort((*out)->begin(), (*out)->end(), [](const JobRecord& a, const JobRecord& b) {
+            return std::tie(a.priority, a.id) < std::tie(b.priority, b.id);
+          });
+        }
+      },
+      [out, done = std::move(done)] { done(std::move(*out)); });
+}
+
+void PgStore::TakeIds(uint64_t n, std::function<void(Result<uint64_t>)> done) {
+  auto out = std::make_shared<Result<uint64_t>>(Status::Internal("postgres: ids not taken"));
+  Aside(
+      *claims_,
+      [this, n, out] {
+        auto r = claims_->Use(
+            [&](PgConn& c) { return c.Run("take_ids", Params().Int(static_cast<int64_t>(n))); });
+        if (!r.ok()) {
+          *out = r.status();
+        } else {
+          *out = static_cast<uint64_t>(pg::GetInt(r->get(), 0, 0));
+        }
+      },
+      [out, done = std::move(done)] { done(std::move(*out)); });
+}
+
+Status PgStore::Listen(std::function<void(std::vector<Notice>)> fn) {
+  if (shared() == nullptr) return Status::Internal("postgres: notices are for cluster mode");
+  auto hear = [this, fn = std::move(fn)](std::vector<pg::PgListener::Heard> heard, bool listening) {
+    std::vector<Notice> notices;
+    auto add = [&](Notice::Kind kind) -> Notice& {
+      notices.emplace_back();
+      notices.back().kind = kind;
+      return notices.back();
+    };
+    if (listening) add(Notice::Kind::kListening);
+    for (pg::PgListener::Heard& h : heard) {
+      if (h.channel == kReadyChannel) {
+        add(Notice::Kind::kReady).tube = std::move(h.payload);
+        continue;
+      }
+      for (const DueEntry& e : ParseDue(h.payload)) {
+        Notice& n = add(Notice::Kind::kDue);
+        n.shard = e.shard;
+        n.id = e.id;
+        n.due_ms = e.due_ms;
+      }
+    }
+    executor_([fn, notices = std::move(notices)]() mutable { fn(std::move(notices)); });
+  };
+  auto l = pg::PgListener::Start(options_.conninfo, {kReadyChannel, kDueChannel}, hear);
+  if (!l.ok()) return l.status();
+  listener_ = std::move(l).value();
+  return Status::Ok();
 }
 
 }  // namespace delayd::store

@@ -10,11 +10,18 @@
 //     with synchronous_commit on: PostgreSQL flushes the WAL up to that
 //     commit, which covers every earlier asynchronous one, and the syncer
 //     checks that none of them was lost by a server crash (PgStore::Sync);
-//   - every read is made on the read thread, on a third connection: the
-//     engine's reads aside (ReadAside) are queued to it and answered through
-//     the executor, so that the event loop never waits for PostgreSQL; a
-//     synchronous read from another thread (recovery at start, tests) is
-//     queued too, and waited for.
+//   - every read is made on the read lane (a thread and a third connection):
+//     the engine's reads aside (ReadAside) are queued to it and answered
+//     through the executor, so that the event loop never waits for
+//     PostgreSQL; a synchronous read from another thread (recovery at start,
+//     tests) is queued too, and waited for.
+// In cluster mode (PgOptions::node_id set; doc/cluster.md) the store is also
+// the SharedQueue: claims and id blocks run on a claim lane of their own (a
+// claim never waits behind a long read), a listener connection hears the
+// notices, and the writer sends them: every batch announces the tubes it
+// made jobs ready in, and the delayed jobs it wrote that fall due within
+// due_notice_ms, for their shards' owners. A notice may be spurious (a
+// guarded write that failed), never missing for a committed change.
 // A lost connection fails the calls that needed it with kIoError (clients
 // are told to retry); each connection reconnects by itself, with backoff,
 // and the store logs each change of state once.
@@ -32,6 +39,8 @@
 #include "common/executor.h"
 #include "store/commit_queue.h"
 #include "store/postgres/pg_conn.h"
+#include "store/postgres/pg_listener.h"
+#include "store/shared_queue.h"
 #include "store/store.h"
 
 namespace delayd::store {
@@ -41,9 +50,15 @@ struct PgOptions {
   size_t max_batch = 8192;  // mutations per transaction at most
   int64_t sync_delay_ms = kDefaultSyncDelayMs;
   int shards = 256;  // shard count of a new database; an existing one keeps its own
+  // Cluster mode: this node's id (the owner of its leases). Empty: a store
+  // of one node, which sends no notices and makes no claims.
+  std::string node_id = {};
+  // Delayed jobs written due within this many ms of now are announced on
+  // kDueChannel: their owner holds that far ahead on its clock.
+  int64_t due_notice_ms = 60'000;
 };
 
-class PgStore final : public Store, private CommitQueue::Backend {
+class PgStore final : public Store, public SharedQueue, private CommitQueue::Backend {
  public:
   // Connects, creates or migrates the schema, and starts the writer. A bad
   // connection string, an unreachable server or a database of a newer schema
@@ -71,40 +86,42 @@ class PgStore final : public Store, private CommitQueue::Backend {
   Result<std::vector<TimerFire>> TimerFires(uint64_t timer_id, size_t limit) override;
   Result<uint64_t> NextTimerId() override;
   StoreStats stats() const override;
+  SharedQueue* shared() override { return options_.node_id.empty() ? nullptr : this; }
   void Close() override;
 
-  int shards() const { return shards_; }
+  // SharedQueue (cluster mode).
+  const std::string& node_id() const override { return options_.node_id; }
+  int shards() const override { return shards_; }
+  int ShardOf(const JobRecord& j) const override;
+  void Claim(ClaimQuery q, std::function<void(Result<std::vector<JobRecord>>)> done) override;
+  void TakeIds(uint64_t n, std::function<void(Result<uint64_t>)> done) override;
+  Status Listen(std::function<void(std::vector<Notice>)> fn) override;
 
  private:
   // A connection with its prepared statements, reconnected when it broke.
   class Link;
+  // A connection and the one thread that uses it, running work in order.
+  class Lane;
   class Batcher;
 
   PgStore(PgOptions options, Executor executor);
-  Status Commit(CommitQueue::Batch& batch) override;  // writer thread
-  Status Sync() override;                             // syncer thread
-  // Runs a read on the reader's connection, on the read thread (once more
-  // on a new connection when the connection turns out to have broken while
-  // idle).
+  Status Commit(CommitQueue::Batch& batch) override;     // writer thread
+  Status Sync() override;                                // syncer thread
+  Result<Recovered> RecoverNow(int64_t horizon_minute);  // on the read lane
+  // Runs a read on the read lane and waits for it (Lane::Use).
   Result<pg::PgResult> Read(const std::function<Result<pg::PgResult>(pg::PgConn&)>& run);
   // Runs prepared read statement `name`.
   Result<pg::PgResult> Read(const char* name, const pg::Params& p);
-  // The read itself, on the calling thread (the read thread's).
-  Result<pg::PgResult> ReadNow(const std::function<Result<pg::PgResult>(pg::PgConn&)>& run);
-  // Queues `work` for the read thread; false before it starts or after
-  // Close, when the caller runs it itself.
-  bool QueueRead(std::function<void()> work);
-  // Runs `fn` on the read thread: at once when called there, else queued
-  // and waited for (at once, too, before the thread starts or after Close).
-  void OnReadThread(const std::function<void()>& fn);
-  void ReadLoop();  // the read thread
+  // `work` on `lane`, then `answer` through the executor.
+  void Aside(Lane& lane, std::function<void()> work, std::function<void()> answer);
 
   PgOptions options_;
   int shards_ = 0;
   std::unique_ptr<Link> writer_;  // writer thread only (and Open before it starts)
   std::unique_ptr<Link> syncer_;  // syncer thread only
-  std::unique_ptr<Link> reader_;  // read thread only (and Open before it starts)
-  Executor executor_;             // where ReadAside answers
+  std::unique_ptr<Lane> reads_;   // every read
+  std::unique_ptr<Lane> claims_;  // claims and id blocks (cluster mode)
+  Executor executor_;             // where reads aside, claims and notices answer
   uint64_t next_id_floor_ = 0;    // writer thread: highest id committed + 1
   // The number of the writer's latest commit, and how often it connected
   // (Sync says why).
@@ -112,13 +129,7 @@ class PgStore final : public Store, private CommitQueue::Backend {
   std::atomic<uint64_t> writer_connects_{0};
   uint64_t synced_writer_connects_ = 0;  // syncer thread: at the last sync
 
-  // The read thread's work, in order.
-  std::mutex read_mu_;
-  std::condition_variable read_cv_;       // work queued, or stop
-  std::condition_variable read_done_cv_;  // a waited-for read is done
-  std::deque<std::function<void()>> reads_;
-  bool reads_stopped_ = false;
-  std::thread read_thread_;
+  std::unique_ptr<pg::PgListener> listener_;  // once Listen is called
 
   CommitQueue queue_;  // last: its threads use everything above
 };

@@ -632,84 +632,92 @@ Status SqliteStore::Apply(const Mutation& m, uint64_t* max_id) {
     *max_id = std::max(*max_id, j.id);
     return q.Run(what);
   };
-  return std::visit(Overloaded{
-                        [&](const change::InsertJob& c) {
-                          return insert_or_replace(st.insert, c.job, "insert job");
-                        },
-                        [&](const change::ReplaceJob& c) {
-                          return insert_or_replace(st.replace, c.job, "replace job");
-                        },
-                        [&](const change::UpdateJob& c) {
-                          st.update.Bind(1, static_cast<int64_t>(c.job.id));
-                          BindMutable(st.update, 2, c.job);
-                          return st.update.Run("update job");
-                        },
-                        [&](const change::DeleteJob& c) {
-                          st.remove.Bind(1, static_cast<int64_t>(c.id));
-                          return st.remove.Run("delete job");
-                        },
-                        [&](const change::PauseTube& c) {
-                          st.pause.Bind(1, c.tube);
-                          st.pause.Bind(2, c.pause_ms);
-                          st.pause.Bind(3, c.unpause_ms);
-                          return st.pause.Run("pause tube");
-                        },
-                        [&](const change::SetTopicSettings& c) {
-                          st.settings.Bind(1, c.tube);
-                          st.settings.BindOptional(2, c.settings);
-                          return st.settings.Run("topic settings");
-                        },
-                        [&](const change::PurgeDone& c) {
-                          st.purge.Bind(1, c.before_ms);
-                          return st.purge.Run("purge done jobs");
-                        },
-                        [&](const change::PutTimer& c) {
-                          const TimerRecord& t = c.timer;
-                          st.timer_put.Bind(1, static_cast<int64_t>(t.id));
-                          st.timer_put.Bind(2, t.name);
-                          st.timer_put.Bind(3, t.definition);
-                          st.timer_put.Bind(4, t.next_fire_ms);
-                          st.timer_put.Bind(5, t.last_fire_ms);
-                          st.timer_put.Bind(6, t.created_ms);
-                          Status s = st.timer_put.Run("put timer");
-                          // Like job ids, timer ids never repeat: a new timer's fire keys
-                          // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
-                          if (s.ok()) {
-                            st.set_next_timer_id.Bind(1, static_cast<int64_t>(t.id + 1));
-                            s = st.set_next_timer_id.Run("set next timer id");
-                          }
-                          return s;
-                        },
-                        [&](const change::DeleteTimer& c) {
-                          st.timer_delete_fires.Bind(1, static_cast<int64_t>(c.id));
-                          Status s = st.timer_delete_fires.Run("delete timer fires");
-                          if (!s.ok()) return s;
-                          st.timer_delete.Bind(1, static_cast<int64_t>(c.id));
-                          return st.timer_delete.Run("delete timer");
-                        },
-                        [&](const change::AdvanceTimer& c) {
-                          st.timer_advance.Bind(1, static_cast<int64_t>(c.id));
-                          st.timer_advance.Bind(2, c.next_fire_ms);
-                          st.timer_advance.Bind(3, c.last_fire_ms);
-                          Status s = st.timer_advance.Run("advance timer");
-                          if (!s.ok()) return s;
-                          if (sqlite3_changes(write_db_) == 0) {
-                            return Status::Conflict("advance timer: no such timer");
-                          }
-                          for (const TimerFire& f : c.fires) {
-                            st.fire_insert.Bind(1, static_cast<int64_t>(f.timer_id));
-                            st.fire_insert.Bind(2, f.fire_ms);
-                            st.fire_insert.Bind(3, static_cast<int64_t>(f.job_id));
-                            st.fire_insert.Bind(4, f.outcome);
-                            st.fire_insert.Bind(5, f.at_ms);
-                            s = st.fire_insert.Run("record timer fire");
-                            if (!s.ok()) return s;
-                          }
-                          st.fire_prune.Bind(1, static_cast<int64_t>(c.id));
-                          return st.fire_prune.Run("prune timer fires");
-                        },
-                    },
-                    m.change);
+  return std::visit(
+      Overloaded{
+          [&](const change::InsertJob& c) {
+            return insert_or_replace(st.insert, c.job, "insert job");
+          },
+          [&](const change::ReplaceJob& c) {
+            return insert_or_replace(st.replace, c.job, "replace job");
+          },
+          [&](const change::UpdateJob& c) {
+            st.update.Bind(1, static_cast<int64_t>(c.job.id));
+            BindMutable(st.update, 2, c.job);
+            return st.update.Run("update job");
+          },
+          [&](const change::DeleteJob& c) {
+            st.remove.Bind(1, static_cast<int64_t>(c.id));
+            return st.remove.Run("delete job");
+          },
+          [&](const change::PauseTube& c) {
+            st.pause.Bind(1, c.tube);
+            st.pause.Bind(2, c.pause_ms);
+            st.pause.Bind(3, c.unpause_ms);
+            return st.pause.Run("pause tube");
+          },
+          [&](const change::SetTopicSettings& c) {
+            st.settings.Bind(1, c.tube);
+            st.settings.BindOptional(2, c.settings);
+            return st.settings.Run("topic settings");
+          },
+          [&](const change::PurgeDone& c) {
+            st.purge.Bind(1, c.before_ms);
+            return st.purge.Run("purge done jobs");
+          },
+          [&](const change::PutTimer& c) {
+            const TimerRecord& t = c.timer;
+            st.timer_put.Bind(1, static_cast<int64_t>(t.id));
+            st.timer_put.Bind(2, t.name);
+            st.timer_put.Bind(3, t.definition);
+            st.timer_put.Bind(4, t.next_fire_ms);
+            st.timer_put.Bind(5, t.last_fire_ms);
+            st.timer_put.Bind(6, t.created_ms);
+            Status s = st.timer_put.Run("put timer");
+            // Like job ids, timer ids never repeat: a new timer's fire keys
+            // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
+            if (s.ok()) {
+              st.set_next_timer_id.Bind(1, static_cast<int64_t>(t.id + 1));
+              s = st.set_next_timer_id.Run("set next timer id");
+            }
+            return s;
+          },
+          [&](const change::DeleteTimer& c) {
+            st.timer_delete_fires.Bind(1, static_cast<int64_t>(c.id));
+            Status s = st.timer_delete_fires.Run("delete timer fires");
+            if (!s.ok()) return s;
+            st.timer_delete.Bind(1, static_cast<int64_t>(c.id));
+            return st.timer_delete.Run("delete timer");
+          },
+          [&](const change::AdvanceTimer& c) {
+            st.timer_advance.Bind(1, static_cast<int64_t>(c.id));
+            st.timer_advance.Bind(2, c.next_fire_ms);
+            st.timer_advance.Bind(3, c.last_fire_ms);
+            Status s = st.timer_advance.Run("advance timer");
+            if (!s.ok()) return s;
+            if (sqlite3_changes(write_db_) == 0) {
+              return Status::Conflict("advance timer: no such timer");
+            }
+            for (const TimerFire& f : c.fires) {
+              st.fire_insert.Bind(1, static_cast<int64_t>(f.timer_id));
+              st.fire_insert.Bind(2, f.fire_ms);
+              st.fire_insert.Bind(3, static_cast<int64_t>(f.job_id));
+              st.fire_insert.Bind(4, f.outcome);
+              st.fire_insert.Bind(5, f.at_ms);
+              s = st.fire_insert.Run("record timer fire");
+              if (!s.ok()) return s;
+            }
+            st.fire_prune.Bind(1, static_cast<int64_t>(c.id));
+            return st.fire_prune.Run("prune timer fires");
+          },
+          // Writes of a shard's owner: there are no shards to own here.
+          [&](const change::PromoteDue&) {
+            return Status::Internal("promote due jobs: cluster mode only");
+          },
+          [&](const change::RequeueExpired&) {
+            return Status::Internal("requeue expired reservations: cluster mode only");
+          },
+      },
+      m.change);
 }
 
 Status SqliteStore::ApplyOne(const CommitQueue::Submission& p, uint64_t* max_id) {

@@ -1,0 +1,542 @@
+// The store's cluster primitives on a real PostgreSQL, with several nodes
+// (PgStores with node ids) on one database: claims that never hand one job
+// to two nodes, guarded writes on row versions, the fenced writes of a
+// shard's owner refused once its lease moved, id blocks, and the notices
+// every node hears (doc/cluster.md).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "cluster/leases.h"
+#include "store/postgres/pg_store.h"
+#include "store/testing/inbox.h"
+#include "store/testing/pg_test_db.h"
+
+namespace delayd::cluster {
+namespace {
+
+using store::ClaimQuery;
+using store::JobRecord;
+using store::Mutation;
+using store::Notice;
+using store::PgStore;
+using store::StoredState;
+using store::pg::PgConn;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kShards = 8;
+constexpr int64_t kNow = 1'800'000'000'000;  // a wall ms the jobs are due against
+
+// A node: its store, and its leases on a connection of their own.
+struct Node {
+  std::string id;
+  std::unique_ptr<PgStore> store;
+  std::unique_ptr<Leases> leases;
+  std::unique_ptr<PgConn> conn;
+  std::map<int, int64_t> held;  // shard -> epoch, after the last round
+
+  void Round() {
+    auto r = leases->Round(*conn);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    held.clear();
+    for (const Lease& l : *r) held[l.shard] = l.epoch;
+  }
+  store::change::Fence Fence(int shard) const {
+    auto it = held.find(shard);
+    return {shard, it == held.end() ? 0 : it->second};
+  }
+};
+
+class ClusterStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(db_.uri().empty()) << db_.error(); }
+
+  std::unique_ptr<Node> Start(const std::string& id, int64_t lease_ms = 60'000) {
+    auto node = std::make_unique<Node>();
+    node->id = id;
+    auto s = PgStore::Open(
+        {.conninfo = db_.uri(), .shards = kShards, .node_id = id, .due_notice_ms = 60'000},
+        inbox_.executor());
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (s.ok()) node->store = std::move(s).value();
+    auto c = PgConn::Connect(db_.uri(), id.c_str());
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (c.ok()) node->conn = std::move(c).value();
+    node->leases = std::make_unique<Leases>(LeaseOptions{.node_id = id, .lease_ms = lease_ms});
+    return node;
+  }
+
+  Status Apply(Node& n, Mutation m) {
+    std::atomic<int> done{0};
+    Status out;
+    n.store->Submit(std::move(m), [&](const Status& s) {
+      out = s;
+      ++done;
+    });
+    inbox_.RunUntil(done, 1);
+    return out;
+  }
+  // Submits every mutation at once (one batch, as far as the queue goes)
+  // and returns each one's status.
+  std::vector<Status> ApplyEach(Node& n, std::vector<Mutation> ms) {
+    std::atomic<int> done{0};
+    std::vector<Status> out(ms.size());
+    for (size_t i = 0; i < ms.size(); ++i) {
+      n.store->Submit(std::move(ms[i]), [&, i](const Status& s) {
+        out[i] = s;
+        ++done;
+      });
+    }
+    inbox_.RunUntil(done, static_cast<int>(out.size()));
+    return out;
+  }
+  std::vector<JobRecord> Claim(Node& n, std::vector<std::string> tubes, size_t limit,
+                               int64_t now_ms = kNow) {
+    std::atomic<int> done{0};
+    std::vector<JobRecord> out;
+    n.store->Claim(ClaimQuery{std::move(tubes), limit, now_ms},
+                   [&](Result<std::vector<JobRecord>> r) {
+                     EXPECT_TRUE(r.ok()) << r.status().ToString();
+                     if (r.ok()) out = std::move(r).value();
+                     ++done;
+                   });
+    inbox_.RunUntil(done, 1);
+    return out;
+  }
+  uint64_t TakeIds(Node& n, uint64_t count) {
+    std::atomic<int> done{0};
+    uint64_t first = 0;
+    n.store->TakeIds(count, [&](Result<uint64_t> r) {
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (r.ok()) first = *r;
+      ++done;
+    });
+    inbox_.RunUntil(done, 1);
+    return first;
+  }
+  JobRecord Get(Node& n, uint64_t id) {
+    auto r = n.store->Get(id);
+    EXPECT_TRUE(r.ok() && r->has_value()) << "job " << id;
+    return r.ok() && r->has_value() ? **r : JobRecord{};
+  }
+  // The text the one-row, one-column query `sql` returns ("" when none).
+  std::string Query(const std::string& sql) {
+    PGconn* c = PQconnectdb(db_.uri().c_str());
+    PGresult* r = PQexec(c, sql.c_str());
+    std::string v;
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) v = PQgetvalue(r, 0, 0);
+    EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << sql << ": " << PQerrorMessage(c);
+    PQclear(r);
+    PQfinish(c);
+    return v;
+  }
+  // Rounds of `n` until it holds every shard (another node's leases ran
+  // out), for at most 10 s.
+  void TakeEveryShard(Node& n) {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      n.Round();
+      if (n.held.size() == static_cast<size_t>(kShards)) return;
+      ASSERT_LT(Clock::now(), deadline) << n.id << " holds " << n.held.size() << " shards";
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Notices heard through Listen, in order, and a wait for one.
+  struct Heard {
+    std::mutex mu;
+    std::vector<Notice> notices;
+  };
+  std::shared_ptr<Heard> Listen(Node& n) {
+    auto heard = std::make_shared<Heard>();
+    Status s = n.store->Listen([heard](std::vector<Notice> ns) {
+      std::lock_guard lock(heard->mu);
+      for (Notice& x : ns) heard->notices.push_back(std::move(x));
+    });
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return heard;
+  }
+  // Runs the inbox until `heard` has a notice `match` accepts, 10 s at most;
+  // returns whether it came.
+  bool WaitFor(Heard& heard, const std::function<bool(const Notice&)>& match) {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    std::atomic<int> tick{0};
+    while (Clock::now() < deadline) {
+      {
+        std::lock_guard lock(heard.mu);
+        for (const Notice& n : heard.notices) {
+          if (match(n)) return true;
+        }
+      }
+      // Let the executor run what the listener posted.
+      inbox_.executor()([&] { ++tick; });
+      inbox_.RunUntil(tick, tick.load() + 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return false;
+  }
+  static std::function<bool(const Notice&)> Ready(const std::string& tube) {
+    return [tube](const Notice& n) { return n.kind == Notice::Kind::kReady && n.tube == tube; };
+  }
+
+  // The database refused a shard owner's write (the lease moved).
+  static bool Fenced(const Status& s) {
+    return s.code() == StatusCode::kConflict && s.ToString().find("fenced") != std::string::npos;
+  }
+
+  static JobRecord Job(uint64_t id, const std::string& tube, uint32_t pri = 0,
+                       StoredState state = StoredState::kReady, int64_t due_ms = 0) {
+    JobRecord j;
+    j.id = id;
+    j.tube = tube;
+    j.priority = pri;
+    j.state = state;
+    j.due_ms = due_ms;
+    j.ttr_ms = 30'000;
+    j.body = "body " + std::to_string(id);
+    return j;
+  }
+
+  store::testing::PgTestDb db_;
+  store::testing::Inbox inbox_;
+};
+
+// Two nodes claiming the same tube at the same moment: every job goes to
+// exactly one of them, and the rows say which.
+TEST_F(ClusterStoreTest, TwoNodesClaimingAtOnceNeverShareAJob) {
+  auto a = Start("a");
+  auto b = Start("b");
+  constexpr int kJobs = 2000;
+  std::vector<Mutation> puts;
+  for (int i = 1; i <= kJobs; ++i) puts.push_back(Mutation::Insert(Job(i, "t", i % 7)));
+  std::atomic<int> put{0};
+  a->store->SubmitAll(std::move(puts), [&](const Status& s) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    ++put;
+  });
+  inbox_.RunUntil(put, 1);
+
+  // 40 claims of 50 from each node, all queued before any answer is taken.
+  std::map<std::string, std::vector<uint64_t>> got;
+  std::atomic<int> done{0};
+  for (int i = 0; i < 40; ++i) {
+    for (Node* n : {a.get(), b.get()}) {
+      n->store->Claim(ClaimQuery{{"t"}, 50, kNow}, [&, n](Result<std::vector<JobRecord>> r) {
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        if (r.ok()) {
+          for (const JobRecord& j : *r) {
+            EXPECT_EQ(j.state, StoredState::kReserved);
+            EXPECT_EQ(j.reserved_by, n->id);
+            got[n->id].push_back(j.id);
+          }
+        }
+        ++done;
+      });
+    }
+  }
+  inbox_.RunUntil(done, 80);
+  std::set<uint64_t> all;
+  for (auto& [node, ids] : got) {
+    for (uint64_t id : ids) EXPECT_TRUE(all.insert(id).second) << "job " << id << " claimed twice";
+  }
+  EXPECT_EQ(all.size(), static_cast<size_t>(kJobs));
+  EXPECT_FALSE(got["a"].empty());
+  EXPECT_FALSE(got["b"].empty());
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE state=4 AND reserved_by='a'"),
+            std::to_string(got["a"].size()));
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE state=4 AND reserved_by='b'"),
+            std::to_string(got["b"].size()));
+}
+
+// A claim takes the best (priority, id) ready jobs of the tubes asked for,
+// and nothing delayed, buried or of another tube.
+TEST_F(ClusterStoreTest, AClaimTakesTheBestReadyJobsOfItsTubesOnly) {
+  auto a = Start("a");
+  for (const JobRecord& j : {Job(1, "x", 5), Job(2, "x", 1), Job(3, "y", 0), Job(4, "z", 0),
+                             Job(5, "x", 0, StoredState::kDelayed, kNow + 60'000),
+                             Job(6, "x", 0, StoredState::kBuried)}) {
+    ASSERT_TRUE(Apply(*a, Mutation::Insert(j)).ok());
+  }
+  const uint64_t before = Get(*a, 2).version;
+
+  auto first = Claim(*a, {"x", "y"}, 2, kNow);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].id, 3u);
+  EXPECT_EQ(first[1].id, 2u);
+  for (const JobRecord& j : first) {
+    EXPECT_EQ(j.state, StoredState::kReserved);
+    EXPECT_EQ(j.reserved_by, "a");
+    EXPECT_EQ(j.deadline_ms, kNow + 30'000);
+    EXPECT_EQ(j.counters.reserves, 1u);
+  }
+  EXPECT_GT(first[1].version, before);
+  // The row is what the claim returned.
+  JobRecord stored = Get(*a, 2);
+  EXPECT_EQ(stored.state, StoredState::kReserved);
+  EXPECT_EQ(stored.version, first[1].version);
+  EXPECT_EQ(stored.body, "body 2");
+
+  auto rest = Claim(*a, {"x", "y"}, 10, kNow);
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].id, 1u);
+  EXPECT_TRUE(Claim(*a, {"x", "y"}, 10, kNow).empty());
+  EXPECT_EQ(Get(*a, 4).state, StoredState::kReady);
+  EXPECT_EQ(Get(*a, 5).state, StoredState::kDelayed);
+  EXPECT_EQ(Get(*a, 6).state, StoredState::kBuried);
+}
+
+// A change guarded by a version the row no longer has fails alone, changes
+// nothing, and leaves the changes around it in the same batch committed.
+TEST_F(ClusterStoreTest, AGuardedChangeOnAStaleVersionFailsAloneAndChangesNothing) {
+  auto a = Start("a");
+  auto b = Start("b");
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(1, "t", 4))).ok());
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(2, "t", 4))).ok());
+  const uint64_t seen = Get(*b, 1).version;  // what b read
+  auto claimed = Claim(*a, {"t"}, 1);        // then a claims it
+  ASSERT_EQ(claimed.size(), 1u);
+  ASSERT_EQ(claimed[0].id, 1u);
+  const uint64_t now = claimed[0].version;
+  ASSERT_NE(now, seen);
+
+  JobRecord stale = claimed[0];
+  stale.state = StoredState::kBuried;
+  stale.priority = 99;
+  JobRecord other = Get(*b, 2);
+  other.priority = 7;
+  JobRecord fresh = claimed[0];
+  fresh.priority = 3;
+  auto statuses = ApplyEach(
+      *b, {Mutation::Update(stale).IfVersion(seen), Mutation::Update(other),
+           Mutation::Update(fresh).IfVersion(now), Mutation::Delete(2).IfVersion(seen + 1000)});
+  EXPECT_EQ(statuses[0].code(), StatusCode::kConflict) << statuses[0].ToString();
+  EXPECT_TRUE(statuses[1].ok()) << statuses[1].ToString();
+  EXPECT_TRUE(statuses[2].ok()) << statuses[2].ToString();
+  EXPECT_EQ(statuses[3].code(), StatusCode::kConflict) << statuses[3].ToString();
+
+  JobRecord one = Get(*a, 1);
+  EXPECT_EQ(one.state, StoredState::kReserved);  // not buried
+  EXPECT_EQ(one.priority, 3u);                   // the fresh change only
+  EXPECT_EQ(one.version, now + 1);
+  EXPECT_EQ(Get(*a, 2).priority, 7u);  // not deleted
+
+  // A delete on the version it read, once; then the job is gone for both.
+  EXPECT_TRUE(Apply(*b, Mutation::Delete(1).IfVersion(now + 1)).ok());
+  EXPECT_EQ(Apply(*a, Mutation::Delete(1).IfVersion(now + 1)).code(), StatusCode::kConflict);
+  EXPECT_EQ(Apply(*a, Mutation::Update(fresh).IfVersion(now + 1)).code(), StatusCode::kConflict);
+}
+
+// The owner of a shard makes its due jobs ready; jobs not yet due stay
+// delayed; every node hears that the tube has ready jobs, and hears of
+// delayed jobs written to fall due soon.
+TEST_F(ClusterStoreTest, TheOwnerPromotesDueJobsAndEveryNodeHearsOfThem) {
+  auto a = Start("a");
+  auto b = Start("b");
+  auto heard = Listen(*b);
+  ASSERT_TRUE(WaitFor(*heard, [](const Notice& n) { return n.kind == Notice::Kind::kListening; }));
+  a->Round();
+  ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards));
+
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  std::map<int, std::vector<uint64_t>> by_shard;
+  for (uint64_t id = 1; id <= 40; ++id) {
+    // Odd ids due already, even ids due in an hour.
+    JobRecord j = Job(id, "p", 0, StoredState::kDelayed, id % 2 ? now - 5 : now + 3'600'000);
+    ASSERT_TRUE(Apply(*b, Mutation::Insert(j)).ok());
+    by_shard[a->store->ShardOf(j)].push_back(id);
+  }
+  ASSERT_GT(by_shard.size(), 1u);
+  // Written by b, due within the notice window: a (any owner) hears of it.
+  JobRecord soon = Job(41, "p", 0, StoredState::kDelayed, now + 1000);
+  ASSERT_TRUE(Apply(*b, Mutation::Insert(soon)).ok());
+  ASSERT_TRUE(WaitFor(*heard, [&](const Notice& n) {
+    return n.kind == Notice::Kind::kDue && n.id == 41 && n.due_ms == now + 1000 &&
+           n.shard == a->store->ShardOf(soon);
+  }));
+  for (auto& [shard, ids] : by_shard) {
+    Status s = Apply(*a, Mutation::Promote(a->Fence(shard), ids, now));
+    EXPECT_TRUE(s.ok()) << "shard " << shard << ": " << s.ToString();
+  }
+  for (uint64_t id = 1; id <= 40; ++id) {
+    EXPECT_EQ(Get(*b, id).state, id % 2 ? StoredState::kReady : StoredState::kDelayed)
+        << "job " << id;
+  }
+  ASSERT_TRUE(WaitFor(*heard, Ready("p")));
+  // Notices come in commit order: by the promote's, every due notice of the
+  // puts before it was heard, and none of a job due in an hour.
+  std::lock_guard lock(heard->mu);
+  std::set<uint64_t> due;
+  for (const Notice& n : heard->notices) {
+    if (n.kind == Notice::Kind::kDue) due.insert(n.id);
+  }
+  std::set<uint64_t> odd;
+  for (uint64_t id = 1; id <= 41; id += 2) odd.insert(id);
+  EXPECT_EQ(due, odd);
+}
+
+// A node whose leases ran out while it stalled, and were taken by another,
+// cannot promote or requeue on those shards any more: the database refuses,
+// and the rows are as they were. The new owner can.
+TEST_F(ClusterStoreTest, AStaleOwnerIsFencedOnceItsLeaseMoved) {
+  auto a = Start("a", /*lease_ms=*/300);
+  auto b = Start("b", /*lease_ms=*/300);
+  a->Round();
+  ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards));
+  JobRecord due = Job(1, "f", 0, StoredState::kDelayed, kNow - 1);
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(due)).ok());
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(2, "f", 0))).ok());
+  ASSERT_EQ(Claim(*a, {"f"}, 1, kNow - 60'000).size(), 1u);  // deadline long past
+  const int shard1 = a->store->ShardOf(due);
+  const int shard2 = a->store->ShardOf(Get(*a, 2));
+  const auto stale1 = a->Fence(shard1);
+  const auto stale2 = a->Fence(shard2);
+
+  // a stalls; its leases run out and b takes them.
+  TakeEveryShard(*b);
+  EXPECT_GT(b->Fence(shard1).epoch, stale1.epoch);
+
+  const uint64_t v1 = Get(*a, 1).version;
+  const uint64_t v2 = Get(*a, 2).version;
+  Status promote = Apply(*a, Mutation::Promote(stale1, {1}, kNow));
+  Status requeue = Apply(*a, Mutation::Requeue(stale2, kNow));
+  EXPECT_TRUE(Fenced(promote)) << promote.ToString();
+  EXPECT_TRUE(Fenced(requeue)) << requeue.ToString();
+  EXPECT_EQ(Get(*a, 1).state, StoredState::kDelayed);
+  EXPECT_EQ(Get(*a, 1).version, v1);
+  EXPECT_EQ(Get(*a, 2).state, StoredState::kReserved);
+  EXPECT_EQ(Get(*a, 2).version, v2);
+
+  // The same writes under the new owner's epochs take effect.
+  EXPECT_TRUE(Apply(*b, Mutation::Promote(b->Fence(shard1), {1}, kNow)).ok());
+  EXPECT_TRUE(Apply(*b, Mutation::Requeue(b->Fence(shard2), kNow)).ok());
+  EXPECT_EQ(Get(*b, 1).state, StoredState::kReady);
+  JobRecord back = Get(*b, 2);
+  EXPECT_EQ(back.state, StoredState::kReady);
+  EXPECT_EQ(back.reserved_by, "");
+  EXPECT_EQ(back.counters.timeouts, 1u);
+
+  // b leaves and a takes the shards back, at new epochs: what a decided
+  // under its old lease is still refused, since b may have changed the shard
+  // in between.
+  ASSERT_TRUE(b->leases->Leave(*b->conn).ok());
+  a->Round();
+  ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards));
+  EXPECT_GT(a->Fence(shard1).epoch, b->Fence(shard1).epoch);
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(3, "f", 0, StoredState::kDelayed, kNow - 1))).ok());
+  const int shard3 = a->store->ShardOf(Get(*a, 3));
+  Status late = Apply(*a, Mutation::Promote({shard3, stale1.epoch}, {3}, kNow));
+  EXPECT_TRUE(Fenced(late)) << late.ToString();
+  EXPECT_EQ(Get(*a, 3).state, StoredState::kDelayed);
+  EXPECT_TRUE(Apply(*a, Mutation::Promote(a->Fence(shard3), {3}, kNow)).ok());
+  EXPECT_EQ(Get(*a, 3).state, StoredState::kReady);
+}
+
+// A fenced write holds its lease row until it commits: a node that would
+// take the shard meanwhile skips it, takes it once the write committed, and
+// from then on a write of the old epoch is refused.
+TEST_F(ClusterStoreTest, AFencedWriteInFlightHoldsOffTheNextOwnerUntilItCommits) {
+  auto a = Start("a", /*lease_ms=*/300);
+  auto b = Start("b", /*lease_ms=*/300);
+  a->Round();
+  const int64_t epoch = a->Fence(0).epoch;
+  ASSERT_GT(epoch, 0);
+
+  // What a fenced write does first, in a transaction left open.
+  PGconn* w = PQconnectdb(db_.uri().c_str());
+  ASSERT_EQ(PQstatus(w), CONNECTION_OK);
+  PQclear(PQexec(w, "BEGIN"));
+  PGresult* r = PQexec(w, ("SELECT shard FROM shard_leases WHERE shard=0 AND owner='a' AND "
+                           "epoch=" +
+                           std::to_string(epoch) + " FOR SHARE")
+                              .c_str());
+  ASSERT_EQ(PQntuples(r), 1);
+  PQclear(r);
+
+  // Once a's leases run out, b takes every shard but the one in use.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  do {
+    ASSERT_LT(Clock::now(), deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    b->Round();
+  } while (b->held.size() < static_cast<size_t>(kShards - 1));
+  EXPECT_EQ(b->held.count(0), 0u);
+
+  PQclear(PQexec(w, "COMMIT"));
+  PQfinish(w);
+  b->Round();
+  ASSERT_EQ(b->held.count(0), 1u);
+  EXPECT_EQ(b->held[0], epoch + 1);
+  // A due job of shard 0, which a can no longer promote.
+  JobRecord j = Job(1, "h", 0, StoredState::kDelayed, kNow);
+  while (a->store->ShardOf(j) != 0) ++j.id;
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(j)).ok());
+  Status late = Apply(*a, Mutation::Promote({0, epoch}, {j.id}, kNow));
+  EXPECT_TRUE(Fenced(late)) << late.ToString();
+  EXPECT_EQ(Get(*a, j.id).state, StoredState::kDelayed);
+  EXPECT_TRUE(Apply(*b, Mutation::Promote(b->Fence(0), {j.id}, kNow)).ok());
+  EXPECT_EQ(Get(*a, j.id).state, StoredState::kReady);
+}
+
+// Id blocks never overlap, whichever node takes them and however many at
+// once, and start above every id stored.
+TEST_F(ClusterStoreTest, IdBlocksAreDisjointAndAboveEveryStoredId) {
+  auto a = Start("a");
+  auto b = Start("b");
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(500, "t"))).ok());
+  EXPECT_GT(TakeIds(*a, 10), 500u);
+
+  std::vector<std::pair<uint64_t, uint64_t>> blocks;  // first, count
+  std::atomic<int> done{0};
+  for (int i = 0; i < 20; ++i) {
+    for (Node* n : {a.get(), b.get()}) {
+      const uint64_t count = 1 + i * 7;
+      n->store->TakeIds(count, [&, count](Result<uint64_t> r) {
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        if (r.ok()) blocks.emplace_back(*r, count);
+        ++done;
+      });
+    }
+  }
+  inbox_.RunUntil(done, 40);
+  ASSERT_EQ(blocks.size(), 40u);
+  std::sort(blocks.begin(), blocks.end());
+  EXPECT_GT(blocks.front().first, 500u);
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    EXPECT_GE(blocks[i].first, blocks[i - 1].first + blocks[i - 1].second)
+        << "block at " << blocks[i].first << " overlaps the one before";
+  }
+  // A job stored above the blocks (by an older node, say) moves them on.
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(1'000'000, "t"))).ok());
+  EXPECT_GT(TakeIds(*b, 1), 1'000'000u);
+}
+
+// The notices' connection comes back by itself when the server drops it,
+// and says so (kListening), so the node reads again what it may have missed.
+TEST_F(ClusterStoreTest, TheListenerReconnectsAndSaysSo) {
+  auto a = Start("a");
+  auto b = Start("b");
+  auto heard = Listen(*b);
+  auto listening = [](const Notice& n) { return n.kind == Notice::Kind::kListening; };
+  ASSERT_TRUE(WaitFor(*heard, listening));
+  {
+    std::lock_guard lock(heard->mu);
+    heard->notices.clear();
+  }
+  EXPECT_EQ(Query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                  "application_name='delayd-listener' AND datname=current_database()"),
+            "1");
+  ASSERT_TRUE(WaitFor(*heard, listening));
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(1, "again"))).ok());
+  EXPECT_TRUE(WaitFor(*heard, Ready("again")));
+}
+
+}  // namespace
+}  // namespace delayd::cluster

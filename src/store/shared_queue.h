@@ -1,0 +1,82 @@
+// SharedQueue: what cluster mode needs of a store beyond Store
+// (doc/cluster.md): the queue is the database's, so reserving is a claim of
+// ready rows that no other node can make at the same moment, job ids come
+// from blocks that no other node is handed, and every node hears, through
+// notices, when jobs become ready and when delayed jobs due soon are written,
+// by any node. PgStore implements it; the writes a node makes as the owner
+// of a shard are Mutations (change::PromoteDue, change::RequeueExpired).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "store/job_record.h"
+
+namespace delayd::store {
+
+// The channels of the notices (PostgreSQL's LISTEN/NOTIFY).
+inline constexpr const char* kReadyChannel = "delayd_ready";  // payload: a tube
+inline constexpr const char* kDueChannel = "delayd_due";      // payload: DueNotice entries
+
+struct ClaimQuery {
+  std::vector<std::string> tubes;  // ready jobs of these tubes, best (priority, id) first
+  size_t limit = 1;
+  int64_t now_ms = 0;  // a claimed job's deadline is now_ms + its ttr
+};
+
+// What a node hears from the others, and from itself.
+struct Notice {
+  enum class Kind : uint8_t {
+    kReady,  // jobs of `tube` became ready (committed)
+    kDue,    // delayed job `id` of `shard`, due at `due_ms`, was written
+    // The notices' connection was (re)made: notices may have been missed,
+    // so whatever they would have said must be read again.
+    kListening,
+  };
+  Kind kind = Kind::kReady;
+  std::string tube;
+  int shard = 0;
+  uint64_t id = 0;
+  int64_t due_ms = 0;
+};
+
+// A delayed job written (put, released, changed) to be due soon: its shard's
+// owner must put it on its clock. Entries are "<shard> <id> <due_ms>",
+// separated by ';', as many as fit in one notice.
+struct DueEntry {
+  int shard = 0;
+  uint64_t id = 0;
+  int64_t due_ms = 0;
+  bool operator==(const DueEntry&) const = default;
+};
+std::string FormatDue(const std::vector<DueEntry>& entries);
+// The entries of a payload; malformed entries are skipped.
+std::vector<DueEntry> ParseDue(std::string_view payload);
+
+class SharedQueue {
+ public:
+  virtual ~SharedQueue() = default;
+
+  // This node's id in the cluster (the owner of its leases).
+  virtual const std::string& node_id() const = 0;
+  virtual int shards() const = 0;
+  // The shard of a job (fixed for its life).
+  virtual int ShardOf(const JobRecord& j) const = 0;
+
+  // Claims up to `q.limit` ready jobs for this node: each comes back
+  // kReserved by it, its version raised, its deadline set and its reserves
+  // counted, best first. Jobs another node is claiming at the same moment
+  // are skipped, not waited for. `done` runs through the store's executor.
+  virtual void Claim(ClaimQuery q, std::function<void(Result<std::vector<JobRecord>>)> done) = 0;
+  // Hands this node `n` job ids that no node was or will be handed: the
+  // first of them.
+  virtual void TakeIds(uint64_t n, std::function<void(Result<uint64_t>)> done) = 0;
+  // Starts hearing notices: `fn` gets them in order, through the executor,
+  // starting with kListening once listening. Call once.
+  virtual Status Listen(std::function<void(std::vector<Notice>)> fn) = 0;
+};
+
+}  // namespace delayd::store
