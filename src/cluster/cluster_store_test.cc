@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cluster/leases.h"
+#include "cluster/testing/test_node.h"
 #include "store/postgres/pg_store.h"
 #include "store/testing/inbox.h"
 #include "store/testing/pg_test_db.h"
@@ -25,33 +26,13 @@ using store::ClaimQuery;
 using store::JobRecord;
 using store::Mutation;
 using store::Notice;
-using store::PgStore;
 using store::StoredState;
-using store::pg::PgConn;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kShards = 8;
 constexpr int64_t kNow = 1'800'000'000'000;  // a wall ms the jobs are due against
 
-// A node: its store, and its leases on a connection of their own.
-struct Node {
-  std::string id;
-  std::unique_ptr<PgStore> store;
-  std::unique_ptr<Leases> leases;
-  std::unique_ptr<PgConn> conn;
-  std::map<int, int64_t> held;  // shard -> epoch, after the last round
-
-  void Round() {
-    auto r = leases->Round(*conn);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    held.clear();
-    for (const Lease& l : *r) held[l.shard] = l.epoch;
-  }
-  store::change::Fence Fence(int shard) const {
-    auto it = held.find(shard);
-    return {shard, it == held.end() ? 0 : it->second};
-  }
-};
+using Node = testing::TestNode;
 
 class ClusterStoreTest : public ::testing::Test {
  protected:
@@ -59,29 +40,11 @@ class ClusterStoreTest : public ::testing::Test {
 
   std::unique_ptr<Node> Start(const std::string& id, int64_t lease_ms = 60'000) {
     auto node = std::make_unique<Node>();
-    node->id = id;
-    auto s = PgStore::Open(
-        {.conninfo = db_.uri(), .shards = kShards, .node_id = id, .due_notice_ms = 60'000},
-        inbox_.executor());
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    if (s.ok()) node->store = std::move(s).value();
-    auto c = PgConn::Connect(db_.uri(), id.c_str());
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    if (c.ok()) node->conn = std::move(c).value();
-    node->leases = std::make_unique<Leases>(LeaseOptions{.node_id = id, .lease_ms = lease_ms});
+    node->Open(db_.uri(), id, kShards, lease_ms, inbox_.executor());
     return node;
   }
 
-  Status Apply(Node& n, Mutation m) {
-    std::atomic<int> done{0};
-    Status out;
-    n.store->Submit(std::move(m), [&](const Status& s) {
-      out = s;
-      ++done;
-    });
-    inbox_.RunUntil(done, 1);
-    return out;
-  }
+  Status Apply(Node& n, Mutation m) { return n.Apply(std::move(m), inbox_); }
   // Submits every mutation at once (one batch, as far as the queue goes)
   // and returns each one's status.
   std::vector<Status> ApplyEach(Node& n, std::vector<Mutation> ms) {
@@ -252,6 +215,29 @@ TEST_F(ClusterStoreTest, TwoNodesClaimingAtOnceNeverShareAJob) {
             std::to_string(got["a"].size()));
   EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE state=4 AND reserved_by='b'"),
             std::to_string(got["b"].size()));
+}
+
+// Nodes write at once, each syncing its own commits: every write of both is
+// acknowledged, none is reported lost because the other committed too.
+TEST_F(ClusterStoreTest, NodesWritingAtTheSameTimeEachSyncTheirOwnCommits) {
+  auto a = Start("a");
+  auto b = Start("b");
+  std::atomic<int> done{0};
+  int failed = 0;
+  for (uint64_t i = 1; i <= 300; ++i) {
+    Node& n = i % 2 ? *a : *b;
+    n.store->Submit(Mutation::Insert(Job(i, "w")), [&](const Status& s) {
+      if (!s.ok()) {
+        ++failed;
+        ADD_FAILURE() << s.ToString();
+      }
+      ++done;
+    });
+    if (i % 10 == 0) inbox_.RunUntil(done, static_cast<int>(i) - 10);
+  }
+  inbox_.RunUntil(done, 300);
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs"), "300");
 }
 
 // A claim takes the best (priority, id) ready jobs of the tubes asked for,

@@ -37,7 +37,7 @@ struct Notice {
     kListening,
   };
   Kind kind = Kind::kReady;
-  std::string tube;
+  std::string tube = {};
   int shard = 0;
   uint64_t id = 0;
   int64_t due_ms = 0;
@@ -56,6 +56,17 @@ std::string FormatDue(const std::vector<DueEntry>& entries);
 // The entries of a payload; malformed entries are skipped.
 std::vector<DueEntry> ParseDue(std::string_view payload);
 
+// Delayed jobs of `shards` due in minutes through `through_minute`, by (due
+// minute, id) after (`after_minute`, `after_id`): a chunk of what the
+// owner of those shards puts on its clock.
+struct DueQuery {
+  std::vector<int> shards;
+  int64_t after_minute = -1;
+  uint64_t after_id = 0;
+  int64_t through_minute = 0;
+  size_t limit = 2048;
+};
+
 class SharedQueue {
  public:
   virtual ~SharedQueue() = default;
@@ -71,6 +82,9 @@ class SharedQueue {
   // counted, best first. Jobs another node is claiming at the same moment
   // are skipped, not waited for. `done` runs through the store's executor.
   virtual void Claim(ClaimQuery q, std::function<void(Result<std::vector<JobRecord>>)> done) = 0;
+  // The delayed jobs `q` asks for, as due entries (DueQuery); `done` runs
+  // through the executor.
+  virtual void Due(DueQuery q, std::function<void(Result<std::vector<DueEntry>>)> done) = 0;
   // Hands this node `n` job ids that no node was or will be handed: the
   // first of them.
   virtual void TakeIds(uint64_t n, std::function<void(Result<uint64_t>)> done) = 0;

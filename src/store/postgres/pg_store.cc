@@ -146,6 +146,12 @@ std::vector<Statement> Statements() {
                    "WHERE j.shard=w.shard AND j.id=w.id RETURNING {}",
                    Qualified(kJobColumns, "j")),
        {kText, kInt8, pg::kTextArray, kInt8}},
+      // An owner's load (DueQuery), on jobs_due: the window of every shard
+      // is scanned once for all the shards asked for.
+      {"due_of_shards",
+       "SELECT shard::int8, id, due_ms FROM jobs WHERE state=1 AND (due_min, id) > "
+       "($2, $3) AND due_min<=$4 AND shard=ANY($1) ORDER BY due_min, id LIMIT $5",
+       {pg::kInt8Array, kInt8, kInt8, kInt8, kInt8}},
       // A block of $1 ids after every id handed out or stored.
       {"take_ids",
        "INSERT INTO meta (key, value) VALUES ('next_id', coalesce((SELECT max(id) FROM jobs), "
@@ -173,10 +179,11 @@ std::vector<Statement> Statements() {
        "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET "
        "value=greatest(meta.value, excluded.value)",
        {kText, kInt8}},
+      // The writer's commit number, under this node's key (SeqKeys).
       {"set_seq",
-       "INSERT INTO meta (key, value) VALUES ('commit_seq', $1) ON CONFLICT (key) DO UPDATE SET "
+       "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET "
        "value=excluded.value",
-       {kInt8}},
+       {kText, kInt8}},
       {"timer_put",
        "INSERT INTO timers (shard, id, name, definition, next_fire_ms, last_fire_ms, created_ms) "
        "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (shard, id) DO UPDATE SET "
@@ -200,13 +207,13 @@ std::vector<Statement> Statements() {
                    "ORDER BY fire_ms DESC LIMIT 1 OFFSET {})",
                    kTimerFiresKept - 1),
        {kInt8, kInt8}},
-      // The syncer's commit: synchronous, and writing a row, since only a transaction
-      // that wrote to the WAL waits for its flush. It reads the writer's latest visible
-      // commit number.
+      // The syncer's commit: synchronous, and writing a row ($1), since only a
+      // transaction that wrote to the WAL waits for its flush. It reads the writer's
+      // latest visible commit number ($2).
       {"sync",
-       "INSERT INTO meta (key, value) VALUES ('syncs', 1) ON CONFLICT (key) DO UPDATE SET "
-       "value=meta.value+1 RETURNING coalesce((SELECT value FROM meta WHERE key='commit_seq'), 0)",
-       {}},
+       "INSERT INTO meta (key, value) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET "
+       "value=meta.value+1 RETURNING coalesce((SELECT value FROM meta WHERE key=$2), 0)",
+       {kText, kText}},
       {"get", Select(kJobColumns, "FROM jobs WHERE id=$1"), {kInt8}},
       {"get_by_key",
        Select(kJobColumns, "FROM jobs WHERE shard=$1 AND tube=$2 AND key=$3"),
@@ -232,7 +239,7 @@ std::vector<Statement> Statements() {
        "SELECT timer_id, fire_ms, job_id, outcome, at_ms FROM timer_fires WHERE shard=$1 AND "
        "timer_id=$2 ORDER BY fire_ms DESC LIMIT $3",
        {kInt8, kInt8, kInt8}},
-      {"commit_seq", "SELECT value FROM meta WHERE key='commit_seq'", {}},
+      {"commit_seq", "SELECT value FROM meta WHERE key=$1", {kText}},
       {"next_timer_id",
        "SELECT greatest(coalesce((SELECT value FROM meta WHERE key='next_timer_id'), 1), "
        "coalesce((SELECT max(id) FROM timers), 0) + 1)",
@@ -590,8 +597,10 @@ class PgStore::Lane {
   // Runs `run` on the lane's connection, from the lane's thread (or while it
   // does not run). An idle connection finds out at its next use that the
   // server restarted: `run` is made once more on a new connection, so it
-  // must be a statement that may be repeated (a read, a claim).
-  Result<PgResult> Use(const std::function<Result<PgResult>(PgConn&)>& run) {
+  // must be a statement that may be repeated (a read, a claim). `run`
+  // returns a Result.
+  template <class Run>
+  auto Use(const Run& run) -> decltype(run(std::declval<PgConn&>())) {
     auto c = link_.Get();
     if (!c.ok()) return c.status();
     auto r = run(**c);
@@ -643,6 +652,8 @@ PgStore::PgStore(PgOptions options, Executor executor)
       reads_(std::make_unique<Lane>(options_.conninfo, "reader")),
       claims_(std::make_unique<Lane>(options_.conninfo, "claimer")),
       executor_(executor),
+      seq_key_(options_.node_id.empty() ? "commit_seq" : "commit_seq:" + options_.node_id),
+      syncs_key_(options_.node_id.empty() ? "syncs" : "syncs:" + options_.node_id),
       queue_(*this, {.max_batch = options_.max_batch, .sync_delay_ms = options_.sync_delay_ms},
              std::move(executor)) {}
 
@@ -674,7 +685,7 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
     auto c = link->Get();
     if (!c.ok()) return c.status();
   }
-  auto seq = store->Read("commit_seq", Params());
+  auto seq = store->Read("commit_seq", Params().Bytes(store->seq_key_));
   if (!seq.ok()) return seq.status();
   store->commit_seq_ = PQntuples(seq->get()) ? pg::GetInt(seq->get(), 0, 0) : 0;
   store->writer_connects_ = store->synced_writer_connects_ = store->writer_->connects();
@@ -719,18 +730,18 @@ void PgStore::SubmitAll(std::vector<Mutation> ms, Done done) {
 // it saw. That covers the writer's commits so far only if none of them was
 // lost meanwhile: a server that crashed before flushing them recovers
 // without them, and a sync on a new connection would then vouch for commits
-// that are gone. So each commit records its number (meta 'commit_seq'); the
-// sync reads it back, and fails unless it sees the latest commit and the
-// writer has stayed on one connection since the last good sync (a new writer
-// connection may mean a server that lost what the old one committed). A
-// failed sync fails the submissions it would have answered; the engine then
-// reads their jobs back from the store.
+// that are gone. So each commit records its number (meta 'commit_seq', a row
+// per node in cluster mode); the sync reads it back, and fails unless it
+// sees the latest commit and the writer has stayed on one connection since
+// the last good sync (a new writer connection may mean a server that lost
+// what the old one committed). A failed sync fails the submissions it would
+// have answered; the engine then reads their jobs back from the store.
 Status PgStore::Sync() {
   const uint64_t writer_connects = writer_connects_.load();
   const int64_t target = commit_seq_.load();
   auto c = syncer_->Get();
   if (!c.ok()) return c.status();
-  auto r = (*c)->Run("sync", Params());
+  auto r = (*c)->Run("sync", Params().Bytes(syncs_key_).Bytes(seq_key_));
   if (!r.ok()) return r.status();
   const int64_t seen = pg::GetInt(r->get(), 0, 0);
   const bool same_writer =
@@ -900,8 +911,10 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
     b.Sql("RELEASE SAVEPOINT one");
   }
   // The id high-water mark survives even when the newest jobs are deleted, so
-  // ids never repeat across restarts.
-  if (s.ok() && max_id >= next_id_floor_) {
+  // ids never repeat across restarts. In cluster mode ids come from blocks
+  // (TakeIds), which raise it already: a row written by every batch of every
+  // node would make their writers wait for each other.
+  if (s.ok() && !announce && max_id >= next_id_floor_) {
     b.Send("set_next", Params().Bytes("next_id").Int(static_cast<int64_t>(max_id + 1)));
   }
   if (s.ok() && !ready_tubes.empty()) {
@@ -918,7 +931,7 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   }
   // This commit's number, for the syncer (Sync).
   const int64_t seq = commit_seq_.load() + 1;
-  if (s.ok()) b.Send("set_seq", Params().Int(seq));
+  if (s.ok()) b.Send("set_seq", Params().Bytes(seq_key_).Int(seq));
   // A timer advanced that no longer exists fails its batch: known before COMMIT.
   if (s.ok() && b.checks_pending()) s = b.Flush();
   if (s.ok()) {
@@ -1111,41 +1124,69 @@ int PgStore::ShardOf(const JobRecord& j) const {
   return pg::JobShard(j.id, j.tube, j.key, shards_);
 }
 
-void PgStore::Claim(ClaimQuery q, std::function<void(Result<std::vector<JobRecord>>)> done) {
-  auto out = std::make_shared<Result<std::vector<JobRecord>>>(std::vector<JobRecord>());
+template <class T>
+void PgStore::Answer(Lane& lane, std::function<Result<T>(PgConn&)> run,
+                     std::function<void(Result<T>)> done) {
+  auto out = std::make_shared<Result<T>>(Status::Internal("postgres: not run"));
   Aside(
-      *claims_,
-      [this, q = std::move(q), out] {
-        if (q.tubes.empty() || q.limit == 0) return;
-        ArrayParam tubes(kText);
-        for (const std::string& t : q.tubes) tubes.Bytes(t);
-        Params p;
-        p.Bytes(options_.node_id).Int(q.now_ms).Array(tubes).Int(static_cast<int64_t>(q.limit));
-        *out = Rows(claims_->Use([&](PgConn& c) { return c.Run("claim", p); }), ReadJob);
-        if (out->ok()) {
-          // RETURNING keeps no order: best first, as the claim chose them.
-          std::sort((*out)->begin(), (*out)->end(), [](const JobRecord& a, const JobRecord& b) {
-            return std::tie(a.priority, a.id) < std::tie(b.priority, b.id);
-          });
-        }
-      },
+      lane, [&lane, out, run = std::move(run)] { *out = lane.Use(run); },
       [out, done = std::move(done)] { done(std::move(*out)); });
 }
 
-void PgStore::TakeIds(uint64_t n, std::function<void(Result<uint64_t>)> done) {
-  auto out = std::make_shared<Result<uint64_t>>(Status::Internal("postgres: ids not taken"));
-  Aside(
+void PgStore::Claim(ClaimQuery q, std::function<void(Result<std::vector<JobRecord>>)> done) {
+  if (q.tubes.empty() || q.limit == 0) return executor_([done] { done(std::vector<JobRecord>()); });
+  ArrayParam tubes(kText);
+  for (const std::string& t : q.tubes) tubes.Bytes(t);
+  // Params cannot be copied; the work must be.
+  auto p = std::make_shared<Params>();
+  p->Bytes(options_.node_id).Int(q.now_ms).Array(tubes).Int(static_cast<int64_t>(q.limit));
+  Answer<std::vector<JobRecord>>(
       *claims_,
-      [this, n, out] {
-        auto r = claims_->Use(
-            [&](PgConn& c) { return c.Run("take_ids", Params().Int(static_cast<int64_t>(n))); });
-        if (!r.ok()) {
-          *out = r.status();
-        } else {
-          *out = static_cast<uint64_t>(pg::GetInt(r->get(), 0, 0));
+      [p](PgConn& c) -> Result<std::vector<JobRecord>> {
+        auto out = Rows(c.Run("claim", *p), ReadJob);
+        if (out.ok()) {
+          // RETURNING keeps no order: best first, as the claim chose them.
+          std::sort(out->begin(), out->end(), [](const JobRecord& a, const JobRecord& b) {
+            return std::tie(a.priority, a.id) < std::tie(b.priority, b.id);
+          });
         }
+        return out;
       },
-      [out, done = std::move(done)] { done(std::move(*out)); });
+      std::move(done));
+}
+
+void PgStore::Due(DueQuery q, std::function<void(Result<std::vector<DueEntry>>)> done) {
+  if (q.shards.empty() || q.limit == 0) return executor_([done] { done(std::vector<DueEntry>()); });
+  ArrayParam shards(kInt8);
+  for (int s : q.shards) shards.Int(s);
+  // Ids are below 2^63: the cursor after the last id of a minute.
+  const int64_t after_id = static_cast<int64_t>(std::min<uint64_t>(q.after_id, INT64_MAX));
+  auto p = std::make_shared<Params>();
+  p->Array(shards)
+      .Int(q.after_minute)
+      .Int(after_id)
+      .Int(q.through_minute)
+      .Int(static_cast<int64_t>(q.limit));
+  Answer<std::vector<DueEntry>>(
+      *reads_,
+      [p](PgConn& c) {
+        return Rows(c.Run("due_of_shards", *p), [](const PGresult* r, int row) {
+          return DueEntry{static_cast<int>(pg::GetInt(r, row, 0)),
+                          static_cast<uint64_t>(pg::GetInt(r, row, 1)), pg::GetInt(r, row, 2)};
+        });
+      },
+      std::move(done));
+}
+
+void PgStore::TakeIds(uint64_t n, std::function<void(Result<uint64_t>)> done) {
+  Answer<uint64_t>(
+      *claims_,
+      [n](PgConn& c) -> Result<uint64_t> {
+        auto r = c.Run("take_ids", Params().Int(static_cast<int64_t>(n)));
+        if (!r.ok()) return r.status();
+        return static_cast<uint64_t>(pg::GetInt(r->get(), 0, 0));
+      },
+      std::move(done));
 }
 
 Status PgStore::Listen(std::function<void(std::vector<Notice>)> fn) {

@@ -94,6 +94,7 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   int shards() const override { return shards_; }
   int ShardOf(const JobRecord& j) const override;
   void Claim(ClaimQuery q, std::function<void(Result<std::vector<JobRecord>>)> done) override;
+  void Due(DueQuery q, std::function<void(Result<std::vector<DueEntry>>)> done) override;
   void TakeIds(uint64_t n, std::function<void(Result<uint64_t>)> done) override;
   Status Listen(std::function<void(std::vector<Notice>)> fn) override;
 
@@ -114,6 +115,11 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   Result<pg::PgResult> Read(const char* name, const pg::Params& p);
   // `work` on `lane`, then `answer` through the executor.
   void Aside(Lane& lane, std::function<void()> work, std::function<void()> answer);
+  // `run` on `lane`'s connection (Lane::Use), its result to `done` through
+  // the executor.
+  template <class T>
+  void Answer(Lane& lane, std::function<Result<T>(pg::PgConn&)> run,
+              std::function<void(Result<T>)> done);
 
   PgOptions options_;
   int shards_ = 0;
@@ -122,7 +128,11 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   std::unique_ptr<Lane> reads_;   // every read
   std::unique_ptr<Lane> claims_;  // claims and id blocks (cluster mode)
   Executor executor_;             // where reads aside, claims and notices answer
-  uint64_t next_id_floor_ = 0;    // writer thread: highest id committed + 1
+  // The meta rows of the writer's commit number and of the syncer's
+  // commits: this node's own, so that nodes never wait for each other's.
+  const std::string seq_key_;
+  const std::string syncs_key_;
+  uint64_t next_id_floor_ = 0;  // writer thread: highest id committed + 1
   // The number of the writer's latest commit, and how often it connected
   // (Sync says why).
   std::atomic<int64_t> commit_seq_{0};

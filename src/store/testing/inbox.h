@@ -24,6 +24,17 @@ class Inbox {
       cv_.notify_all();
     };
   }
+  // Waits up to `d` for posted work and runs what there is.
+  void RunFor(std::chrono::microseconds d) {
+    const auto until = std::chrono::steady_clock::now() + d;
+    std::vector<std::function<void()>> work;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_until(lock, until, [&] { return !work_.empty(); });
+      work.swap(work_);
+    }
+    for (auto& f : work) f();
+  }
   // Runs posted work until `count` reaches `n` or 10 s pass.
   void RunUntil(const std::atomic<int>& count, int n) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

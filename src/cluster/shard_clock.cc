@@ -1,0 +1,252 @@
+#include "cluster/shard_clock.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace delayd::cluster {
+
+using store::DueEntry;
+using store::DueMinute;
+using store::Mutation;
+using store::Notice;
+
+namespace {
+// An entry within this much after the start of its millisecond counts as
+// due: the wake-up maps wall time to steady time through two clock reads
+// (Engine's kWallSkewUs).
+constexpr int64_t kWallSkewUs = 50;
+}  // namespace
+
+ShardClock::ShardClock(store::Store& store, store::SharedQueue& queue, const Clock& clock,
+                       ShardClockOptions options, WakeFn wake)
+    : store_(store), queue_(queue), clock_(clock), options_(options), wake_(std::move(wake)) {}
+
+void ShardClock::SetLeases(const std::vector<Lease>& held) {
+  std::map<int, int64_t> now;
+  for (const Lease& l : held) now[l.shard] = l.epoch;
+  std::vector<int> lost;
+  for (const auto& [shard, epoch] : owned_) {
+    if (now.count(shard) == 0) lost.push_back(shard);
+  }
+  for (int shard : lost) Drop(shard);
+  for (const auto& [shard, epoch] : now) {
+    auto it = owned_.find(shard);
+    if (it != owned_.end() && it->second == epoch) continue;
+    // Taken, or held again at a new epoch: another owner may have changed
+    // the shard meanwhile, unheard by this clock.
+    owned_[shard] = epoch;
+    Pend(shard);
+  }
+  if (through_ < 0 && !owned_.empty()) {
+    through_ = DueMinute(clock_.WallMillis() + options_.horizon_ms);
+  }
+  if (next_sweep_us_ == 0) next_sweep_us_ = clock_.SteadyMicros() + options_.sweep_ms * 1000;
+  Load();
+  Arm();
+}
+
+void ShardClock::Hear(const std::vector<Notice>& notices) {
+  for (const Notice& n : notices) {
+    if (n.kind == Notice::Kind::kListening) {
+      for (const auto& [shard, epoch] : owned_) Pend(shard);
+    } else if (n.kind == Notice::Kind::kDue && owned_.count(n.shard) != 0 &&
+               DueMinute(n.due_ms) <= Bound()) {
+      due_.emplace(n.due_ms, n.shard, n.id);
+    }
+  }
+  Load();
+  Arm();
+}
+
+void ShardClock::Tick() {
+  armed_us_ = INT64_MAX;
+  Promote(clock_.WallMillis());
+  if (!owned_.empty() && clock_.SteadyMicros() >= next_sweep_us_) {
+    Sweep(clock_.WallMillis());
+    next_sweep_us_ = clock_.SteadyMicros() + options_.sweep_ms * 1000;
+  }
+  Load();
+  Arm();
+}
+
+ShardClockStats ShardClock::stats() const {
+  ShardClockStats out = stats_;
+  out.shards = owned_.size();
+  out.pending = pending_.size();
+  out.held = due_.size();
+  return out;
+}
+
+void ShardClock::Drop(int shard) {
+  owned_.erase(shard);
+  loaded_.erase(shard);
+  pending_.erase(shard);
+  for (auto it = due_.begin(); it != due_.end();) {
+    it = std::get<1>(*it) == shard ? due_.erase(it) : std::next(it);
+  }
+}
+
+void ShardClock::Pend(int shard) {
+  loaded_.erase(shard);
+  pending_[shard] = ++generation_;
+}
+
+int64_t ShardClock::Bound() const {
+  return std::max(through_, loading_ ? loading_through_ : int64_t{-1});
+}
+
+void ShardClock::Load() {
+  if (loading_ || owned_.empty() || clock_.SteadyMicros() < load_after_us_) return;
+  store::DueQuery q;
+  q.limit = options_.load_chunk;
+  std::map<int, uint64_t> gens;
+  const int64_t target = DueMinute(clock_.WallMillis() + options_.horizon_ms);
+  if (!pending_.empty()) {
+    // Shards taken or to be read again: everything due through through_.
+    gens = pending_;
+    for (const auto& [shard, gen] : pending_) q.shards.push_back(shard);
+    q.through_minute = through_;
+  } else if (target > through_) {
+    // The next minutes of every loaded shard.
+    q.shards.assign(loaded_.begin(), loaded_.end());
+    q.after_minute = through_;
+    q.after_id = UINT64_MAX;
+    q.through_minute = target;
+  } else {
+    return;
+  }
+  loading_ = true;
+  loading_through_ = q.through_minute;
+  store::DueQuery copy = q;
+  queue_.Due(std::move(copy), [this, q = std::move(q),
+                               gens = std::move(gens)](Result<std::vector<DueEntry>> r) mutable {
+    OnChunk(std::move(q), std::move(gens), std::move(r));
+  });
+}
+
+void ShardClock::OnChunk(store::DueQuery q, std::map<int, uint64_t> gens,
+                         Result<std::vector<DueEntry>> r) {
+  if (!r.ok()) {
+    loading_ = false;
+    ++stats_.write_errors;
+    spdlog::warn("cluster: loading the due jobs of {} shards failed, trying again: {}",
+                 q.shards.size(), r.status().ToString());
+    load_after_us_ = clock_.SteadyMicros() + options_.retry_ms * 1000;
+    Arm();
+    return;
+  }
+  for (const DueEntry& e : *r) {
+    if (owned_.count(e.shard) != 0) due_.emplace(e.due_ms, e.shard, e.id);
+  }
+  if (r->size() == q.limit) {
+    q.after_minute = DueMinute(r->back().due_ms);
+    q.after_id = r->back().id;
+    store::DueQuery copy = q;
+    queue_.Due(std::move(copy), [this, q = std::move(q), gens = std::move(gens)](
+                                    Result<std::vector<DueEntry>> next) mutable {
+      OnChunk(std::move(q), std::move(gens), std::move(next));
+    });
+    return;
+  }
+  loading_ = false;
+  if (gens.empty()) {
+    through_ = q.through_minute;  // every loaded shard, now through the new minutes
+  } else {
+    for (const auto& [shard, gen] : gens) {
+      auto it = pending_.find(shard);
+      if (it == pending_.end() || it->second != gen) continue;  // dropped, or marked again
+      pending_.erase(it);
+      loaded_.insert(shard);
+    }
+  }
+  Load();
+  Arm();
+}
+
+void ShardClock::Promote(int64_t now_ms) {
+  const int64_t wall_us = clock_.WallMicros();
+  std::map<int, std::pair<std::vector<uint64_t>, int64_t>> by_shard;  // ids, latest due
+  while (!due_.empty() && std::get<0>(*due_.begin()) * 1000 <= wall_us + kWallSkewUs) {
+    const auto [due_ms, shard, id] = *due_.begin();
+    due_.erase(due_.begin());
+    auto& [ids, latest] = by_shard[shard];
+    ids.push_back(id);
+    latest = std::max(latest, due_ms);
+  }
+  for (auto& [shard, group] : by_shard) {
+    auto it = owned_.find(shard);
+    if (it == owned_.end()) continue;
+    // Never earlier than the latest due time of the group, which the skew
+    // above may put a few microseconds ahead of the wall clock.
+    const int64_t at = std::max(now_ms, group.second);
+    const size_t count = group.first.size();
+    auto retry = [this, shard = shard, ids = group.first] {
+      const int64_t when = clock_.WallMillis() + options_.retry_ms;
+      for (uint64_t id : ids) due_.emplace(when, shard, id);
+    };
+    Fenced(shard, Mutation::Promote({shard, it->second}, std::move(group.first), at).Written(),
+           std::move(retry), [this, count] { stats_.promoted += count; });
+  }
+}
+
+void ShardClock::Sweep(int64_t now_ms) {
+  for (const auto& [shard, epoch] : owned_) {
+    // A failed sweep is made again at the next one.
+    Fenced(
+        shard, Mutation::Requeue({shard, epoch}, now_ms - options_.sweep_grace_ms).Written(), [] {},
+        [] {});
+  }
+}
+
+void ShardClock::Fenced(int shard, Mutation m, std::function<void()> retry,
+                        std::function<void()> ok) {
+  const int64_t epoch = owned_.at(shard);
+  store_.Submit(std::move(m), [this, shard, epoch, retry = std::move(retry),
+                               ok = std::move(ok)](const Status& s) {
+    if (s.ok()) return ok();
+    auto it = owned_.find(shard);
+    const bool same = it != owned_.end() && it->second == epoch;
+    if (s.code() == StatusCode::kConflict) {
+      // Only a fenced write of a shard owner fails so: the lease moved.
+      ++stats_.fencing_refusals;
+      if (same) {
+        spdlog::warn(
+            "cluster: shard {}: the database refused a write at epoch {} ({}); "
+            "dropping the shard",
+            shard, epoch, s.ToString());
+        Drop(shard);
+      }
+      return;
+    }
+    ++stats_.write_errors;
+    if (same) retry();
+    Arm();
+  });
+}
+
+int64_t ShardClock::SteadyAtWall(int64_t wall_ms) const {
+  return clock_.SteadyMicros() + wall_ms * 1000 - clock_.WallMicros();
+}
+
+void ShardClock::Arm() {
+  int64_t next = INT64_MAX;
+  if (!due_.empty()) next = SteadyAtWall(std::get<0>(*due_.begin()));
+  if (!owned_.empty()) {
+    next = std::min(next, next_sweep_us_);
+    if (!loading_) {
+      // A failed load is tried again after load_after_us_; the next minutes
+      // are loaded as soon as now + horizon reaches them.
+      const int64_t extend =
+          SteadyAtWall((through_ + 1) * store::kMillisPerMinute - options_.horizon_ms);
+      next = std::min(next, std::max(pending_.empty() ? extend : 0, load_after_us_));
+    }
+  }
+  if (next < armed_us_) {
+    armed_us_ = next;
+    wake_(next);
+  }
+}
+
+}  // namespace delayd::cluster

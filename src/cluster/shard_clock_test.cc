@@ -1,0 +1,251 @@
+// ShardClock on a real PostgreSQL, with nodes of their own (stores with node
+// ids, leases, clocks) on one database: due jobs of owned shards become
+// ready at their due time, never before; a taken shard loads what was
+// written before and hears what is written after; another node takes over
+// when the owner stalls, and the stale owner's writes are refused; dead
+// nodes' reservations are swept back (doc/cluster.md).
+#include "cluster/shard_clock.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "cluster/testing/test_node.h"
+#include "store/postgres/pg_store.h"
+#include "store/testing/inbox.h"
+#include "store/testing/pg_test_db.h"
+
+namespace delayd::cluster {
+namespace {
+
+using store::JobRecord;
+using store::Mutation;
+using store::StoredState;
+using Steady = std::chrono::steady_clock;
+
+constexpr int kShards = 8;
+
+// A node with a clock, driven by the test (Drive).
+struct Node : testing::TestNode {
+  std::unique_ptr<ShardClock> clock;
+  int64_t wake_us = INT64_MAX;
+  bool stalled = false;  // neither ticks nor renews (a SIGSTOP)
+
+  void Round() { clock->SetLeases(TestNode::Round()); }
+};
+
+class ShardClockTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(db_.uri().empty()) << db_.error(); }
+  void TearDown() override {
+    // The stores first: their last answers reach clocks still alive.
+    for (auto& n : nodes_) n->store->Close();
+  }
+
+  // A node with a clock; `with_clock` false: a node that only serves
+  // clients (puts, claims).
+  Node& Start(const std::string& id, int64_t lease_ms = 60'000, ShardClockOptions o = {},
+              bool with_clock = true) {
+    auto node = std::make_unique<Node>();
+    Node* n = node.get();
+    n->Open(db_.uri(), id, kShards, lease_ms, inbox_.executor());
+    if (with_clock) {
+      n->clock = std::make_unique<ShardClock>(*n->store, *n->store, clock_, o, [n](int64_t us) {
+        n->wake_us = std::min(n->wake_us, us);
+      });
+      EXPECT_TRUE(
+          n->store->Listen([n](std::vector<store::Notice> ns) { n->clock->Hear(ns); }).ok());
+    }
+    nodes_.push_back(std::move(node));
+    return *n;
+  }
+
+  // Runs the store answers and the clocks that are not stalled until `done`
+  // holds or 10 s pass; returns whether it held.
+  bool Drive(const std::function<bool()>& done) {
+    const auto deadline = Steady::now() + std::chrono::seconds(10);
+    while (!done()) {
+      if (Steady::now() > deadline) return false;
+      inbox_.RunFor(std::chrono::microseconds(500));
+      for (auto& n : nodes_) {
+        if (n->clock && !n->stalled && n->wake_us <= clock_.SteadyMicros()) {
+          n->wake_us = INT64_MAX;
+          n->clock->Tick();
+        }
+      }
+    }
+    return true;
+  }
+
+  Status Put(Node& n, const JobRecord& j) { return n.Apply(Mutation::Insert(j), inbox_); }
+  static JobRecord Delayed(uint64_t id, int64_t due_ms) {
+    JobRecord j;
+    j.id = id;
+    j.tube = "d";
+    j.state = StoredState::kDelayed;
+    j.due_ms = due_ms;
+    j.ttr_ms = 1000;
+    j.body = "b";
+    return j;
+  }
+  // The state of every job, by id.
+  std::map<uint64_t, StoredState> States() {
+    std::map<uint64_t, StoredState> out;
+    PGconn* c = PQconnectdb(db_.uri().c_str());
+    PGresult* r = PQexec(c, "SELECT id, state FROM jobs");
+    for (int i = 0; i < PQntuples(r); ++i) {
+      out[std::stoull(PQgetvalue(r, i, 0))] =
+          static_cast<StoredState>(std::stoi(PQgetvalue(r, i, 1)));
+    }
+    PQclear(r);
+    PQfinish(c);
+    return out;
+  }
+  int64_t Now() const { return clock_.WallMillis(); }
+
+  // Drives until every job of `ids` is ready, checking on the way (every
+  // 10 ms or so) that none is ready before its due time.
+  bool ReadyOnTime(const std::map<uint64_t, int64_t>& due) {
+    auto next_look = Steady::now();
+    return Drive([&] {
+      if (Steady::now() < next_look) return false;
+      next_look = Steady::now() + std::chrono::milliseconds(10);
+      auto states = States();
+      const int64_t seen = Now();
+      size_t ready = 0;
+      for (const auto& [id, due_ms] : due) {
+        if (states[id] != StoredState::kReady) continue;
+        ++ready;
+        EXPECT_GE(seen, due_ms) << "job " << id << " was ready before its due time";
+      }
+      return ready == due.size();
+    });
+  }
+
+  SystemClock clock_;
+  store::testing::PgTestDb db_;
+  store::testing::Inbox inbox_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+// Jobs written before the owner took its shards (some overdue) and jobs
+// written by another node after (heard as due notices) become ready at
+// their due time; a job due beyond the horizon stays delayed and unheld.
+TEST_F(ShardClockTest, OwnedDueJobsBecomeReadyAtTheirTimeWhoeverWroteThem) {
+  Node& a = Start("a");
+  Node& b = Start("b", 60'000, {}, /*with_clock=*/false);
+  std::map<uint64_t, int64_t> due;
+  const int64_t t0 = Now();
+  for (uint64_t id = 1; id <= 16; ++id) {
+    due[id] = id <= 4 ? t0 - 60'000 : t0 + 300 + static_cast<int64_t>(id) * 20;
+    ASSERT_TRUE(Put(b, Delayed(id, due[id])).ok());
+  }
+  ASSERT_TRUE(Put(b, Delayed(100, t0 + 10 * 60'000)).ok());
+  a.Round();
+  ASSERT_TRUE(Drive([&] { return a.clock->stats().held >= 12; }))
+      << a.clock->stats().held << " held";
+  // Written after the load, by b: heard.
+  for (uint64_t id = 17; id <= 24; ++id) {
+    due[id] = Now() + 200 + static_cast<int64_t>(id) * 10;
+    ASSERT_TRUE(Put(b, Delayed(id, due[id])).ok());
+  }
+  ASSERT_TRUE(ReadyOnTime(due));
+  EXPECT_EQ(States()[100], StoredState::kDelayed);
+  EXPECT_TRUE(Drive([&] { return a.clock->stats().promoted == 24; })) << a.clock->stats().promoted;
+  const ShardClockStats st = a.clock->stats();
+  EXPECT_EQ(st.shards, static_cast<size_t>(kShards));
+  EXPECT_EQ(st.held, 0u);
+  EXPECT_EQ(st.fencing_refusals, 0u);
+}
+
+// The owner stalls past its lease: another node takes the shards and makes
+// the jobs ready on time; the stale owner, once it runs again, is refused
+// by the database and drops every shard.
+TEST_F(ShardClockTest, AnotherNodeTakesOverAStalledOwnerWhichIsThenFenced) {
+  Node& a = Start("a", /*lease_ms=*/300);
+  Node& b = Start("b", /*lease_ms=*/300);
+  a.Round();
+  std::map<uint64_t, int64_t> due;
+  for (uint64_t id = 1; id <= 16; ++id) {
+    due[id] = Now() + 1500 + static_cast<int64_t>(id) * 10;
+    ASSERT_TRUE(Put(a, Delayed(id, due[id])).ok());
+  }
+  ASSERT_TRUE(Drive([&] { return a.clock->stats().held == 16; }));
+  a.stalled = true;
+  const auto deadline = Steady::now() + std::chrono::seconds(10);
+  while (b.clock->stats().shards < static_cast<size_t>(kShards)) {
+    ASSERT_LT(Steady::now(), deadline) << "b never took a's shards";
+    inbox_.RunFor(std::chrono::milliseconds(20));
+    b.Round();
+  }
+  ASSERT_TRUE(ReadyOnTime(due));
+  // A promote is visible before its answer comes back.
+  EXPECT_TRUE(Drive([&] { return b.clock->stats().promoted == 16; })) << b.clock->stats().promoted;
+
+  // a wakes with its old leases and promotes what it held: refused.
+  a.stalled = false;
+  ASSERT_TRUE(Drive([&] { return a.clock->stats().shards == 0; }));
+  EXPECT_GE(a.clock->stats().fencing_refusals, 1u);
+  EXPECT_EQ(a.clock->stats().promoted, 0u);
+  EXPECT_EQ(a.clock->stats().held, 0u);
+}
+
+// A reservation whose node died (it never expires it itself) goes back to
+// ready once its deadline is past by the grace, counted as a timeout.
+TEST_F(ShardClockTest, TheOwnerSweepsADeadNodesExpiredReservationsBack) {
+  Node& a = Start("a", 60'000, {.sweep_ms = 50, .sweep_grace_ms = 100});
+  Node& c = Start("c", 60'000, {}, /*with_clock=*/false);
+  JobRecord j = Delayed(1, 0);
+  j.state = StoredState::kReady;
+  ASSERT_TRUE(Put(c, j).ok());
+  std::atomic<int> claimed{0};
+  const int64_t claim_ms = Now();
+  c.store->Claim({{"d"}, 1, claim_ms}, [&](Result<std::vector<JobRecord>> r) {
+    EXPECT_TRUE(r.ok() && r->size() == 1);
+    ++claimed;
+  });
+  inbox_.RunUntil(claimed, 1);  // c then "dies" holding it
+  const int64_t deadline_ms = claim_ms + 1000;
+  a.Round();
+  ASSERT_TRUE(Drive([&] { return States()[1] == StoredState::kReady; }));
+  EXPECT_GE(Now(), deadline_ms + 100);
+  auto back = a.store->Get(1);
+  ASSERT_TRUE(back.ok() && back->has_value());
+  EXPECT_EQ((*back)->counters.timeouts, 1u);
+  EXPECT_EQ((*back)->reserved_by, "");
+}
+
+// Loading again (after notices may have been missed) holds each job once;
+// a shard given up takes its jobs off the clock.
+TEST_F(ShardClockTest, ReloadsHoldEachJobOnceAndALostShardIsDropped) {
+  Node& a = Start("a");
+  std::map<int, size_t> per_shard;
+  for (uint64_t id = 1; id <= 40; ++id) {
+    JobRecord j = Delayed(id, Now() + 30'000);
+    ASSERT_TRUE(Put(a, j).ok());
+    ++per_shard[a.store->ShardOf(j)];
+  }
+  a.Round();
+  ASSERT_TRUE(Drive([&] { return a.clock->stats().held == 40; }));
+  a.clock->Hear({store::Notice{.kind = store::Notice::Kind::kListening}});
+  EXPECT_EQ(a.clock->stats().pending, static_cast<size_t>(kShards));
+  ASSERT_TRUE(Drive([&] { return a.clock->stats().pending == 0; }));
+  EXPECT_EQ(a.clock->stats().held, 40u);
+
+  // Keep only shard 0..3.
+  std::vector<Lease> keep;
+  size_t kept = 0;
+  for (int s = 0; s < 4; ++s) {
+    keep.push_back({s, 1});
+    kept += per_shard[s];
+  }
+  a.clock->SetLeases(keep);
+  EXPECT_EQ(a.clock->stats().shards, 4u);
+  EXPECT_EQ(a.clock->stats().held, kept);
+}
+
+}  // namespace
+}  // namespace delayd::cluster
