@@ -28,59 +28,21 @@ using Steady = std::chrono::steady_clock;
 
 constexpr int kShards = 8;
 
-// A node with a clock, driven by the test (Drive).
-struct Node : testing::TestNode {
-  std::unique_ptr<ShardClock> clock;
-  int64_t wake_us = INT64_MAX;
-  bool stalled = false;  // neither ticks nor renews (a SIGSTOP)
-
-  void Round() { clock->SetLeases(TestNode::Round()); }
-};
+using Node = testing::TestNode;
 
 class ShardClockTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_FALSE(db_.uri().empty()) << db_.error(); }
-  void TearDown() override {
-    // The stores first: their last answers reach clocks still alive.
-    for (auto& n : nodes_) n->store->Close();
-  }
 
   // A node with a clock; `with_clock` false: a node that only serves
   // clients (puts, claims).
   Node& Start(const std::string& id, int64_t lease_ms = 60'000, ShardClockOptions o = {},
               bool with_clock = true) {
-    auto node = std::make_unique<Node>();
-    Node* n = node.get();
-    n->Open(db_.uri(), id, kShards, lease_ms, inbox_.executor());
-    if (with_clock) {
-      n->clock = std::make_unique<ShardClock>(*n->store, *n->store, clock_, o, [n](int64_t us) {
-        n->wake_us = std::min(n->wake_us, us);
-      });
-      EXPECT_TRUE(
-          n->store->Listen([n](std::vector<store::Notice> ns) { n->clock->Hear(ns); }).ok());
-    }
-    nodes_.push_back(std::move(node));
-    return *n;
+    return cluster_.Start(id, {.lease_ms = lease_ms, .clock = with_clock, .clock_options = o});
   }
+  bool Drive(const std::function<bool()>& done) { return cluster_.Drive(done); }
 
-  // Runs the store answers and the clocks that are not stalled until `done`
-  // holds or 10 s pass; returns whether it held.
-  bool Drive(const std::function<bool()>& done) {
-    const auto deadline = Steady::now() + std::chrono::seconds(10);
-    while (!done()) {
-      if (Steady::now() > deadline) return false;
-      inbox_.RunFor(std::chrono::microseconds(500));
-      for (auto& n : nodes_) {
-        if (n->clock && !n->stalled && n->wake_us <= clock_.SteadyMicros()) {
-          n->wake_us = INT64_MAX;
-          n->clock->Tick();
-        }
-      }
-    }
-    return true;
-  }
-
-  Status Put(Node& n, const JobRecord& j) { return n.Apply(Mutation::Insert(j), inbox_); }
+  Status Put(Node& n, const JobRecord& j) { return n.Apply(Mutation::Insert(j), cluster_.inbox()); }
   static JobRecord Delayed(uint64_t id, int64_t due_ms) {
     JobRecord j;
     j.id = id;
@@ -104,7 +66,7 @@ class ShardClockTest : public ::testing::Test {
     PQfinish(c);
     return out;
   }
-  int64_t Now() const { return clock_.WallMillis(); }
+  int64_t Now() const { return cluster_.clock().WallMillis(); }
 
   // Drives until every job of `ids` is ready, checking on the way (every
   // 10 ms or so) that none is ready before its due time.
@@ -125,10 +87,8 @@ class ShardClockTest : public ::testing::Test {
     });
   }
 
-  SystemClock clock_;
   store::testing::PgTestDb db_;
-  store::testing::Inbox inbox_;
-  std::vector<std::unique_ptr<Node>> nodes_;
+  testing::TestCluster cluster_{db_.uri(), kShards};
 };
 
 // Jobs written before the owner took its shards (some overdue) and jobs
@@ -178,7 +138,7 @@ TEST_F(ShardClockTest, AnotherNodeTakesOverAStalledOwnerWhichIsThenFenced) {
   const auto deadline = Steady::now() + std::chrono::seconds(10);
   while (b.clock->stats().shards < static_cast<size_t>(kShards)) {
     ASSERT_LT(Steady::now(), deadline) << "b never took a's shards";
-    inbox_.RunFor(std::chrono::milliseconds(20));
+    cluster_.inbox().RunFor(std::chrono::milliseconds(20));
     b.Round();
   }
   ASSERT_TRUE(ReadyOnTime(due));
@@ -207,7 +167,7 @@ TEST_F(ShardClockTest, TheOwnerSweepsADeadNodesExpiredReservationsBack) {
     EXPECT_TRUE(r.ok() && r->size() == 1);
     ++claimed;
   });
-  inbox_.RunUntil(claimed, 1);  // c then "dies" holding it
+  cluster_.inbox().RunUntil(claimed, 1);  // c then "dies" holding it
   const int64_t deadline_ms = claim_ms + 1000;
   a.Round();
   ASSERT_TRUE(Drive([&] { return States()[1] == StoredState::kReady; }));

@@ -1,0 +1,103 @@
+// Claimer: how a node's waiting consumers get ready jobs in cluster mode
+// (doc/cluster.md, "Claims and waiting consumers").
+//
+// The ready jobs are rows that every node claims from (SharedQueue::Claim),
+// so a waiter is served by a claim, and a claim is made when one may find
+// something: when the waiter starts waiting, and when a notice says a tube
+// it watches has ready jobs (any node's put, release, kick, promotion or
+// requeue). Waiters that watch the same tubes form a group, served by one
+// claim for up to as many jobs as the group has waiters, first come first
+// served; a burst of due jobs costs a claim per group, not one per job.
+//
+// No wake-up is lost: a group has at most one claim in flight, and a
+// notice heard meanwhile (whose commit that claim may not have seen) makes
+// it claim again once the claim is answered. kListening (notices may have
+// been missed) claims for every group. A claim that failed (a lost
+// connection) is made again after retry_ms. A job claimed for a waiter
+// that stopped waiting meanwhile goes back to ready at once, its
+// reservation uncounted, guarded by the version the claim gave it.
+//
+// Threading: not thread-safe; every call, and every callback, runs on the
+// thread that owns it (the server's event loop).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "store/shared_queue.h"
+#include "store/store.h"
+
+namespace delayd::cluster {
+
+struct ClaimerOptions {
+  size_t max_per_claim = 64;  // jobs per claim at most
+  int64_t retry_ms = 200;     // after a failed claim
+};
+
+struct ClaimerStats {
+  size_t waiters = 0;
+  uint64_t claims = 0;    // claims made
+  uint64_t granted = 0;   // jobs handed to waiters
+  uint64_t returned = 0;  // jobs claimed for nobody and put back
+  uint64_t failures = 0;  // claims that failed, made again
+};
+
+class Claimer {
+ public:
+  using WaiterId = uint64_t;
+  // A job claimed for the waiter: kReserved by this node, with its version.
+  using Granted = std::function<void(store::JobRecord)>;
+  using WakeFn = std::function<void(int64_t steady_us)>;
+
+  Claimer(store::Store& store, store::SharedQueue& queue, const Clock& clock,
+          ClaimerOptions options, WakeFn wake);
+  Claimer(const Claimer&) = delete;
+  Claimer& operator=(const Claimer&) = delete;
+
+  // Waits for a ready job of `tubes`, each claimed with a ttr deadline from
+  // the claim's time. `granted` runs once, unless Cancel comes first.
+  WaiterId Wait(std::vector<std::string> tubes, Granted granted);
+  // Stops waiting; a job claimed for it later goes back to ready.
+  void Cancel(WaiterId id);
+  void Hear(const std::vector<store::Notice>& notices);
+  // Makes the claims that failed and are due again.
+  void Tick();
+
+  ClaimerStats stats() const;
+
+ private:
+  struct Group {
+    std::vector<std::string> tubes;  // sorted, distinct
+    std::deque<WaiterId> waiters;    // in arrival order
+    bool claiming = false;
+    size_t asked = 0;         // jobs the claim in flight asked for
+    bool again = false;       // a notice or a waiter came while claiming
+    int64_t retry_at_us = 0;  // steady; 0: no retry pending
+  };
+
+  void Claim(const std::string& key);
+  void OnClaimed(const std::string& key, Result<std::vector<store::JobRecord>> r);
+  // Puts a job claimed for nobody back to ready.
+  void Return(store::JobRecord j);
+  void Arm();
+
+  store::Store& store_;
+  store::SharedQueue& queue_;
+  const Clock& clock_;
+  const ClaimerOptions options_;
+  const WakeFn wake_;
+
+  std::map<std::string, Group> groups_;                                    // by their tubes, joined
+  std::unordered_map<WaiterId, std::pair<std::string, Granted>> waiters_;  // group key
+  WaiterId next_id_ = 1;
+  int64_t armed_us_ = INT64_MAX;
+  ClaimerStats stats_;
+};
+
+}  // namespace delayd::cluster
