@@ -15,6 +15,7 @@
 
 #include "cluster/leases.h"
 #include "cluster/testing/test_node.h"
+#include "store/postgres/pg_schema.h"
 #include "store/postgres/pg_store.h"
 #include "store/testing/inbox.h"
 #include "store/testing/pg_test_db.h"
@@ -423,6 +424,55 @@ TEST_F(ClusterStoreTest, AStaleOwnerIsFencedOnceItsLeaseMoved) {
   EXPECT_EQ(Get(*a, 3).state, StoredState::kDelayed);
   EXPECT_TRUE(Apply(*a, Mutation::Promote(a->Fence(shard3), {3}, kNow)).ok());
   EXPECT_EQ(Get(*a, 3).state, StoredState::kReady);
+}
+
+// A timer's fire (its job) commits with the timer's advance, fenced by the
+// lease of the timer's shard: once the lease moved, neither is written, and
+// the new owner's are.
+TEST_F(ClusterStoreTest, ATimerFireCommitsWithItsAdvanceOnlyUnderTheLease) {
+  auto a = Start("a", /*lease_ms=*/300);
+  auto b = Start("b", /*lease_ms=*/300);
+  a->Round();
+  store::TimerRecord t;
+  t.id = 5;
+  t.name = "every-minute";
+  t.definition = "{}";
+  t.next_fire_ms = kNow;
+  t.created_ms = kNow - 1000;
+  ASSERT_TRUE(Apply(*a, Mutation::TimerPut(t)).ok());
+  const int shard = store::pg::TimerShard(t.id, kShards);
+
+  auto fire = [&](Node& n, store::change::Fence f, uint64_t job, int64_t fire_ms) {
+    std::vector<Mutation> ms;
+    ms.push_back(Mutation::Insert(Job(job, "timer")));
+    ms.push_back(Mutation::TimerAdvance(t.id, fire_ms + 60'000, fire_ms,
+                                        {{t.id, fire_ms, job, "created", fire_ms}})
+                     .FencedBy(f));
+    std::atomic<int> done{0};
+    Status out;
+    n.store->SubmitAll(std::move(ms), [&](const Status& s) {
+      out = s;
+      ++done;
+    });
+    inbox_.RunUntil(done, 1);
+    return out;
+  };
+  ASSERT_TRUE(fire(*a, a->Fence(shard), 100, kNow).ok());
+  EXPECT_EQ(Query("SELECT next_fire_ms FROM timers WHERE id=5"), std::to_string(kNow + 60'000));
+
+  TakeEveryShard(*b);
+  Status late = fire(*a, a->Fence(shard), 101, kNow + 60'000);
+  EXPECT_TRUE(Fenced(late)) << late.ToString();
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id=101"), "0");
+  EXPECT_EQ(Query("SELECT count(*) FROM timer_fires WHERE timer_id=5"), "1");
+  EXPECT_EQ(Query("SELECT next_fire_ms FROM timers WHERE id=5"), std::to_string(kNow + 60'000));
+
+  ASSERT_TRUE(fire(*b, b->Fence(shard), 102, kNow + 60'000).ok());
+  EXPECT_EQ(Query("SELECT count(*) FROM timer_fires WHERE timer_id=5"), "2");
+  EXPECT_EQ(Query("SELECT next_fire_ms FROM timers WHERE id=5"), std::to_string(kNow + 120'000));
+  // The same fire time again, even under the lease: refused by its record.
+  EXPECT_FALSE(fire(*b, b->Fence(shard), 103, kNow + 60'000).ok());
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id=103"), "0");
 }
 
 // A fenced write holds its lease row until it commits: a node that would

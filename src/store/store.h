@@ -90,15 +90,6 @@ struct PutTimer {  // inserts or replaces `timer` (by id); fails on a taken name
 struct DeleteTimer {  // removes the timer and its fires
   uint64_t id = 0;
 };
-// Sets the timer's next and last fire times and records `fires`; fails if
-// one of those fire times was recorded before.
-struct AdvanceTimer {
-  uint64_t id = 0;
-  int64_t next_fire_ms = 0;
-  int64_t last_fire_ms = 0;
-  std::vector<TimerFire> fires;
-};
-
 // Cluster mode (PostgreSQL only): writes a node makes as the owner of a
 // shard. Each is fenced: it fails alone with kConflict, changing nothing,
 // unless this node still holds the shard's lease at `epoch` when it commits
@@ -106,6 +97,19 @@ struct AdvanceTimer {
 struct Fence {
   int shard = 0;
   int64_t epoch = 0;
+};
+
+// Sets the timer's next and last fire times and records `fires`; fails if
+// one of those fire times was recorded before. With a fence (cluster mode:
+// the owner of the timer's shard fires it), it fails, and so does the rest
+// of its submission (the fire's job), unless the lease still holds; SQLite
+// ignores the fence.
+struct AdvanceTimer {
+  uint64_t id = 0;
+  int64_t next_fire_ms = 0;
+  int64_t last_fire_ms = 0;
+  std::vector<TimerFire> fires;
+  std::optional<Fence> fence = {};
 };
 // The jobs of `ids` (all of the fence's shard) that are still delayed and due
 // by `now_ms` become ready.
@@ -141,6 +145,9 @@ struct Mutation {
   // This change of an existing job, only if its row still has `version`
   // (change::UpdateJob). REQUIRES: an update, replace or delete.
   Mutation IfVersion(uint64_t version) &&;
+  // This timer advance, made as the owner of its shard (change::AdvanceTimer).
+  // REQUIRES: a timer advance.
+  Mutation FencedBy(change::Fence fence) &&;
   static Mutation Insert(JobRecord j) { return {change::InsertJob{std::move(j)}}; }
   static Mutation Update(JobRecord j) { return {change::UpdateJob{std::move(j), {}}}; }
   static Mutation Replace(JobRecord j) { return {change::ReplaceJob{std::move(j), {}}}; }
@@ -156,7 +163,7 @@ struct Mutation {
   static Mutation TimerDelete(uint64_t id) { return {change::DeleteTimer{id}}; }
   static Mutation TimerAdvance(uint64_t id, int64_t next_fire_ms, int64_t last_fire_ms,
                                std::vector<TimerFire> fires) {
-    return {change::AdvanceTimer{id, next_fire_ms, last_fire_ms, std::move(fires)}};
+    return {change::AdvanceTimer{id, next_fire_ms, last_fire_ms, std::move(fires), {}}};
   }
   static Mutation Promote(change::Fence f, std::vector<uint64_t> ids, int64_t now_ms) {
     return {change::PromoteDue{f, std::move(ids), now_ms}};
@@ -170,6 +177,11 @@ inline Mutation Mutation::IfVersion(uint64_t version) && {
   if (auto* u = std::get_if<change::UpdateJob>(&change)) u->if_version = version;
   if (auto* r = std::get_if<change::ReplaceJob>(&change)) r->if_version = version;
   if (auto* d = std::get_if<change::DeleteJob>(&change)) d->if_version = version;
+  return std::move(*this);
+}
+
+inline Mutation Mutation::FencedBy(change::Fence fence) && {
+  if (auto* a = std::get_if<change::AdvanceTimer>(&change)) a->fence = fence;
   return std::move(*this);
 }
 

@@ -197,6 +197,13 @@ std::vector<Statement> Statements() {
       {"timer_advance",
        "UPDATE timers SET next_fire_ms=$3, last_fire_ms=$4 WHERE shard=$1 AND id=$2",
        {kInt8, kInt8, kInt8, kInt8}},
+      // Cluster mode: the advance of the owner of the timer's shard (kFence);
+      // a row when it was made.
+      {"timer_advance_fenced",
+       fmt::format("{}u AS (UPDATE timers SET next_fire_ms=$5, last_fire_ms=$6 WHERE shard=$1 "
+                   "AND id=$4 AND EXISTS (SELECT 1 FROM f) RETURNING 1) SELECT 1 FROM u",
+                   kFence),
+       {kInt8, kText, kInt8, kInt8, kInt8, kInt8}},
       {"fire_insert",
        "INSERT INTO timer_fires (shard, timer_id, fire_ms, job_id, outcome, at_ms) "
        "VALUES ($1, $2, $3, $4, $5, $6)",
@@ -783,6 +790,8 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   // it is checked in its one statement, else null (a savepoint catches it).
   constexpr const char* kChanged = "the job was changed by another node, or is gone";
   constexpr const char* kFenced = "fenced: this node no longer holds the shard's lease";
+  constexpr const char* kFencedTimer =
+      "fenced: this node no longer holds the shard's lease, or the timer is gone";
   auto guard = [](std::optional<uint64_t> v) { return v ? kChanged : nullptr; };
   auto apply = [&](const Mutation& m, Status* own) {
     std::visit(
@@ -843,9 +852,22 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
             [&](const change::AdvanceTimer& x) {
               const int64_t shard = pg::TimerShard(x.id, shards_);
               const int64_t id = static_cast<int64_t>(x.id);
-              b.Send("timer_advance",
-                     Params().Int(shard).Int(id).Int(x.next_fire_ms).Int(x.last_fire_ms),
-                     "advance timer: no such timer");
+              if (x.fence) {
+                // The fence's shard must be the timer's: another is refused.
+                b.Send("timer_advance_fenced",
+                       Params()
+                           .Int(x.fence->shard)
+                           .Bytes(options_.node_id)
+                           .Int(x.fence->epoch)
+                           .Int(id)
+                           .Int(x.next_fire_ms)
+                           .Int(x.last_fire_ms),
+                       kFencedTimer, own);
+              } else {
+                b.Send("timer_advance",
+                       Params().Int(shard).Int(id).Int(x.next_fire_ms).Int(x.last_fire_ms),
+                       "advance timer: no such timer");
+              }
               for (const TimerFire& f : x.fires) {
                 b.Send("fire_insert", Params()
                                           .Int(pg::TimerShard(f.timer_id, shards_))

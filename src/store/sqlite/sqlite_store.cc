@@ -689,6 +689,7 @@ Status SqliteStore::Apply(const Mutation& m, uint64_t* max_id) {
             return st.timer_delete.Run("delete timer");
           },
           [&](const change::AdvanceTimer& c) {
+            // c.fence: SQLite has one node and no leases (store.h).
             st.timer_advance.Bind(1, static_cast<int64_t>(c.id));
             st.timer_advance.Bind(2, c.next_fire_ms);
             st.timer_advance.Bind(3, c.last_fire_ms);
