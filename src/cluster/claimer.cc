@@ -46,11 +46,10 @@ void Claimer::Cancel(WaiterId id) {
 void Claimer::Hear(const std::vector<Notice>& notices) {
   for (const Notice& n : notices) {
     if (n.kind == Notice::Kind::kDue) continue;
+    // A tube with ready jobs, or one resumed (kTube), may have jobs to claim.
+    const bool all = n.kind == Notice::Kind::kListening;
     for (auto& [key, g] : groups_) {
-      if (n.kind == Notice::Kind::kReady &&
-          !std::binary_search(g.tubes.begin(), g.tubes.end(), n.tube)) {
-        continue;
-      }
+      if (!all && !std::binary_search(g.tubes.begin(), g.tubes.end(), n.tube)) continue;
       if (g.claiming) {
         g.again = true;
       } else if (!g.waiters.empty()) {

@@ -5,7 +5,7 @@
 // so a waiter is served by a claim, and a claim is made when one may find
 // something: when the waiter starts waiting, and when a notice says a tube
 // it watches has ready jobs (any node's put, release, kick, promotion or
-// requeue). Waiters that watch the same tubes form a group, served by one
+// requeue) or was changed (a resume). Waiters that watch the same tubes form a group, served by one
 // claim for up to as many jobs as the group has waiters, first come first
 // served; a burst of due jobs costs a claim per group, not one per job.
 //

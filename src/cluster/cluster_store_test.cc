@@ -554,6 +554,29 @@ TEST_F(ClusterStoreTest, IdBlocksAreDisjointAndAboveEveryStoredId) {
   EXPECT_GT(TakeIds(*b, 1), 1'000'000u);
 }
 
+// A pause, a resume or new settings of a tube are announced to every node,
+// which must read the tube again.
+TEST_F(ClusterStoreTest, TubeChangesAreAnnouncedToEveryNode) {
+  auto a = Start("a");
+  auto b = Start("b");
+  auto heard = Listen(*b);
+  ASSERT_TRUE(WaitFor(*heard, [](const Notice& n) { return n.kind == Notice::Kind::kListening; }));
+  auto tube = [](const std::string& name) {
+    return [name](const Notice& n) { return n.kind == Notice::Kind::kTube && n.tube == name; };
+  };
+  ASSERT_TRUE(Apply(*a, Mutation::PauseTube("paused", 5000, kNow + 5000)).ok());
+  EXPECT_TRUE(WaitFor(*heard, tube("paused")));
+  ASSERT_TRUE(Apply(*a, Mutation::TopicSettings("set", R"({"retry":{}})")).ok());
+  EXPECT_TRUE(WaitFor(*heard, tube("set")));
+  // A put is no change of its tube.
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(1, "put"))).ok());
+  ASSERT_TRUE(WaitFor(*heard, Ready("put")));
+  std::lock_guard lock(heard->mu);
+  for (const Notice& n : heard->notices) {
+    EXPECT_FALSE(n.kind == Notice::Kind::kTube && n.tube == "put");
+  }
+}
+
 // The notices' connection comes back by itself when the server drops it,
 // and says so (kListening), so the node reads again what it may have missed.
 TEST_F(ClusterStoreTest, TheListenerReconnectsAndSaysSo) {

@@ -20,6 +20,7 @@ namespace delayd::store {
 // The channels of the notices (PostgreSQL's LISTEN/NOTIFY).
 inline constexpr const char* kReadyChannel = "delayd_ready";  // payload: a tube
 inline constexpr const char* kDueChannel = "delayd_due";      // payload: DueNotice entries
+inline constexpr const char* kTubeChannel = "delayd_tube";    // payload: a tube
 
 struct ClaimQuery {
   std::vector<std::string> tubes;  // ready jobs of these tubes, best (priority, id) first
@@ -32,6 +33,7 @@ struct Notice {
   enum class Kind : uint8_t {
     kReady,  // jobs of `tube` became ready (committed)
     kDue,    // delayed job `id` of `shard`, due at `due_ms`, was written
+    kTube,   // `tube` was paused, resumed or given settings: read it again
     // The notices' connection was (re)made: notices may have been missed,
     // so whatever they would have said must be read again.
     kListening,

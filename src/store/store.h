@@ -60,7 +60,10 @@ struct InsertJob {
 // too): if it has another, or is gone, the mutation fails alone with
 // kConflict and changes nothing. SQLite, whose only writer is this process,
 // keeps no versions and does not check them.
-struct UpdateJob {  // every field but body, key and spec
+// An update writes every field but body, key and spec, yet its record must
+// carry the job's tube and key: cluster mode finds the job's shard from
+// them, to announce a delayed job to the shard's owner.
+struct UpdateJob {
   JobRecord job;
   std::optional<uint64_t> if_version;
 };

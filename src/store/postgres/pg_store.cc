@@ -158,9 +158,10 @@ std::vector<Statement> Statements() {
        "0) + 1 + $1) ON CONFLICT (key) DO UPDATE SET value=greatest(meta.value, "
        "coalesce((SELECT max(id) FROM jobs), 0) + 1) + $1 RETURNING value - $1",
        {kInt8}},
-      {"notify_ready",
-       "SELECT pg_notify('delayd_ready', t) FROM unnest($1::text[]) AS t",
-       {pg::kTextArray}},
+      // A notice on channel $1 per tube of $2.
+      {"notify_tubes",
+       "SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t",
+       {kText, pg::kTextArray}},
       {"notify_due", "SELECT pg_notify('delayd_due', $1)", {kText}},
       {"pause",
        "INSERT INTO tubes (name, pause_ms, unpause_ms) VALUES ($1, $2, $3) ON CONFLICT (name) "
@@ -777,6 +778,7 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
                                  .count() +
                              options_.due_notice_ms;
   std::set<std::string> ready_tubes;
+  std::set<std::string> changed_tubes;  // paused, resumed or given settings
   std::vector<DueEntry> due;
   auto notice = [&](const JobRecord& j, int shard) {
     if (!announce) return;
@@ -823,9 +825,11 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
             },
             [&](const change::PauseTube& x) {
               b.Send("pause", Params().Bytes(x.tube).Int(x.pause_ms).Int(x.unpause_ms));
+              if (announce) changed_tubes.insert(x.tube);
             },
             [&](const change::SetTopicSettings& x) {
               b.Send("settings", Params().Bytes(x.tube).OptionalBytes(x.settings));
+              if (announce) changed_tubes.insert(x.tube);
             },
             [&](const change::PurgeDone& x) { b.Send("purge", Params().Int(x.before_ms)); },
             [&](const change::PutTimer& x) {
@@ -939,10 +943,12 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   if (s.ok() && !announce && max_id >= next_id_floor_) {
     b.Send("set_next", Params().Bytes("next_id").Int(static_cast<int64_t>(max_id + 1)));
   }
-  if (s.ok() && !ready_tubes.empty()) {
+  for (const auto& [channel, names] :
+       {std::pair{kReadyChannel, &ready_tubes}, std::pair{kTubeChannel, &changed_tubes}}) {
+    if (!s.ok() || names->empty()) continue;
     ArrayParam tubes(kText);
-    for (const std::string& t : ready_tubes) tubes.Bytes(t);
-    b.Send("notify_ready", Params().Array(tubes));
+    for (const std::string& t : *names) tubes.Bytes(t);
+    b.Send("notify_tubes", Params().Bytes(channel).Array(tubes));
   }
   // A notice holds at most 8000 bytes: 150 entries of at most 48.
   for (size_t i = 0; s.ok() && i < due.size(); i += kDuePerNotice) {
@@ -1226,6 +1232,10 @@ Status PgStore::Listen(std::function<void(std::vector<Notice>)> fn) {
         add(Notice::Kind::kReady).tube = std::move(h.payload);
         continue;
       }
+      if (h.channel == kTubeChannel) {
+        add(Notice::Kind::kTube).tube = std::move(h.payload);
+        continue;
+      }
       for (const DueEntry& e : ParseDue(h.payload)) {
         Notice& n = add(Notice::Kind::kDue);
         n.shard = e.shard;
@@ -1235,7 +1245,8 @@ Status PgStore::Listen(std::function<void(std::vector<Notice>)> fn) {
     }
     executor_([fn, notices = std::move(notices)]() mutable { fn(std::move(notices)); });
   };
-  auto l = pg::PgListener::Start(options_.conninfo, {kReadyChannel, kDueChannel}, hear);
+  auto l =
+      pg::PgListener::Start(options_.conninfo, {kReadyChannel, kDueChannel, kTubeChannel}, hear);
   if (!l.ok()) return l.status();
   listener_ = std::move(l).value();
   return Status::Ok();

@@ -19,8 +19,9 @@
 // the SharedQueue: claims and id blocks run on a claim lane of their own (a
 // claim never waits behind a long read), a listener connection hears the
 // notices, and the writer sends them: every batch announces the tubes it
-// made jobs ready in, and the delayed jobs it wrote that fall due within
-// due_notice_ms, for their shards' owners. A notice may be spurious (a
+// made jobs ready in, the delayed jobs it wrote that fall due within
+// due_notice_ms (for their shards' owners), and the tubes it paused,
+// resumed or gave settings (for every node to read). A notice may be spurious (a
 // guarded write that failed), never missing for a committed change.
 // A lost connection fails the calls that needed it with kIoError (clients
 // are told to retry); each connection reconnects by itself, with backoff,
