@@ -9,10 +9,6 @@ namespace delayd::engine {
 // One tick is one millisecond of steady time. origin_us_ is chosen so tick
 // boundaries fall on wall-clock millisecond boundaries, hence a job due at
 // wall ms D fires at the start of a tick rather than up to 1 ms after it.
-
-// One tick is one millisecond of steady time. origin_us_ is chosen so tick
-// boundaries fall on wall-clock millisecond boundaries, hence a job due at
-// wall ms D fires at the start of a tick rather than up to 1 ms after it.
 uint64_t Engine::NowTick() const {
   return static_cast<uint64_t>((clock_.SteadyMicros() - origin_us_) / 1000);
 }
