@@ -274,6 +274,26 @@ TEST_F(ClusterStoreTest, AClaimTakesTheBestReadyJobsOfItsTubesOnly) {
   EXPECT_EQ(rest[0].id, 1u);
   EXPECT_TRUE(Claim(*a, {"x", "y"}, 10, kNow).empty());
   EXPECT_EQ(Get(*a, 4).state, StoredState::kReady);
+
+  // Of some shards only: the jobs of the others stay ready.
+  std::map<int, std::set<uint64_t>> by_shard;
+  for (uint64_t id = 10; id < 40; ++id) {
+    ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(id, "s"))).ok());
+    by_shard[a->store->ShardOf(Job(id, "s"))].insert(id);
+  }
+  ASSERT_GE(by_shard.size(), 2u);
+  const int one = by_shard.begin()->first;
+  std::atomic<int> done{0};
+  std::vector<JobRecord> mine;
+  a->store->Claim(ClaimQuery{{"s"}, 100, kNow, {one}}, [&](Result<std::vector<JobRecord>> r) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    mine = std::move(r).value();
+    ++done;
+  });
+  inbox_.RunUntil(done, 1);
+  std::set<uint64_t> ids;
+  for (const JobRecord& j : mine) ids.insert(j.id);
+  EXPECT_EQ(ids, by_shard[one]);
   EXPECT_EQ(Get(*a, 5).state, StoredState::kDelayed);
   EXPECT_EQ(Get(*a, 6).state, StoredState::kBuried);
 }

@@ -26,6 +26,9 @@ struct ClaimQuery {
   std::vector<std::string> tubes;  // ready jobs of these tubes, best (priority, id) first
   size_t limit = 1;
   int64_t now_ms = 0;  // a claimed job's deadline is now_ms + its ttr
+  // Only jobs of these shards (an owner dispatching its push jobs); empty:
+  // every shard.
+  std::vector<int> shards = {};
 };
 
 // What a node hears from the others, and from itself.

@@ -141,11 +141,12 @@ std::vector<Statement> Statements() {
                    "deadline_ms=$2+j.ttr_ms, reserves=j.reserves+1 "
                    "FROM (SELECT c.shard, c.id FROM unnest($3::text[]) AS t(name) "
                    "CROSS JOIN LATERAL (SELECT shard, id, pri FROM jobs WHERE state=0 AND "
-                   "tube=t.name ORDER BY pri, id LIMIT $4 FOR UPDATE SKIP LOCKED) c "
+                   "tube=t.name AND ($5::int8[] IS NULL OR shard=ANY($5)) ORDER BY pri, id "
+                   "LIMIT $4 FOR UPDATE SKIP LOCKED) c "
                    "ORDER BY c.pri, c.id LIMIT $4) w "
                    "WHERE j.shard=w.shard AND j.id=w.id RETURNING {}",
                    Qualified(kJobColumns, "j")),
-       {kText, kInt8, pg::kTextArray, kInt8}},
+       {kText, kInt8, pg::kTextArray, kInt8, pg::kInt8Array}},
       // An owner's load (DueQuery), on jobs_due: the window of every shard
       // is scanned once for all the shards asked for.
       {"due_of_shards",
@@ -1168,6 +1169,13 @@ void PgStore::Claim(ClaimQuery q, std::function<void(Result<std::vector<JobRecor
   // Params cannot be copied; the work must be.
   auto p = std::make_shared<Params>();
   p->Bytes(options_.node_id).Int(q.now_ms).Array(tubes).Int(static_cast<int64_t>(q.limit));
+  if (q.shards.empty()) {
+    p->Null();
+  } else {
+    ArrayParam shards(kInt8);
+    for (int shard : q.shards) shards.Int(shard);
+    p->Array(shards);
+  }
   Answer<std::vector<JobRecord>>(
       *claims_,
       [p](PgConn& c) -> Result<std::vector<JobRecord>> {
