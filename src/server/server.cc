@@ -47,15 +47,22 @@ Server::~Server() {
   signals_.clear();
   std::signal(SIGTERM, SIG_IGN);
   std::signal(SIGINT, SIG_IGN);
+  // Completions still queued on the loop (a delivery's result, a store
+  // answer, an HTTP session ending on its closed socket) refer to the
+  // dispatcher, the API and the HTTP server: they run first, while all of
+  // them are alive. The HTTP client and the store post nothing more once
+  // stopped (the store answers whatever was queued, refusing the rest), and
+  // what the completions start ends at once or is never run.
+  if (http_client_) http_client_->Stop();
+  if (store_) store_->Close();
+  io_.restart();
+  for (int round = 0; round < 1000 && io_.poll() > 0; ++round) {
+  }
   http_server_.reset();
   api_.reset();
-  if (http_client_) http_client_->Stop();  // no completions after this
   dispatcher_.reset();
   http_client_.reset();
   listener_.reset();
-  if (store_) store_->Close();
-  io_.restart();
-  io_.poll();       // completions of the last batch
   timers_.reset();  // unsubscribes from the engine, so before it
   engine_.reset();
   store_.reset();
