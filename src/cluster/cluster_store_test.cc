@@ -298,6 +298,78 @@ TEST_F(ClusterStoreTest, AClaimTakesTheBestReadyJobsOfItsTubesOnly) {
   EXPECT_EQ(Get(*a, 6).state, StoredState::kBuried);
 }
 
+// A pause committed through any node holds back every claim made after it,
+// until it ends or is resumed.
+TEST_F(ClusterStoreTest, AClaimLeavesOutTubesPausedAtItsTime) {
+  auto a = Start("a");
+  auto b = Start("b");
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(1, "p", 0))).ok());
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(2, "q", 5))).ok());
+  ASSERT_TRUE(Apply(*a, Mutation::PauseTube("p", 5000, kNow + 5000)).ok());
+  auto got = Claim(*b, {"p", "q"}, 10, kNow);
+  ASSERT_EQ(got.size(), 1u) << "the paused tube's better job was claimed";
+  EXPECT_EQ(got[0].id, 2u);
+  EXPECT_TRUE(Claim(*b, {"p"}, 10, kNow + 4999).empty());
+  EXPECT_EQ(Claim(*b, {"p"}, 10, kNow + 5000).size(), 1u) << "the pause has ended";
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(3, "p", 0))).ok());
+  ASSERT_TRUE(Apply(*a, Mutation::PauseTube("p", 5000, kNow + 5000)).ok());
+  ASSERT_TRUE(Apply(*a, Mutation::PauseTube("p", 0, 0)).ok());  // resumed
+  EXPECT_EQ(Claim(*b, {"p"}, 10, kNow).size(), 1u);
+}
+
+// What cluster mode reads instead of memory: the best ready job of a tube,
+// the jobs per tube and state, and tubes' pauses and settings.
+TEST_F(ClusterStoreTest, TheQueueIsReadFromTheDatabase) {
+  auto a = Start("a");
+  for (const JobRecord& j :
+       {Job(1, "x", 2000), Job(2, "x", 7), Job(3, "x", 7), Job(4, "y", 0),
+        Job(5, "x", 0, StoredState::kDelayed, kNow + 60'000), Job(6, "x", 0, StoredState::kBuried),
+        Job(7, "x", 0, StoredState::kDone)}) {
+    ASSERT_TRUE(Apply(*a, Mutation::Insert(j)).ok());
+  }
+  ASSERT_EQ(Claim(*a, {"y"}, 1, kNow).size(), 1u);  // 4 reserved
+  auto best = a->store->BestReady("x");
+  ASSERT_TRUE(best.ok() && best->has_value());
+  EXPECT_EQ((*best)->id, 2u) << "by priority, then id";
+  auto none = a->store->BestReady("y");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+
+  auto counts = a->store->CountJobs(std::nullopt);
+  ASSERT_TRUE(counts.ok()) << counts.status().ToString();
+  ASSERT_EQ(counts->size(), 2u);
+  const store::TubeCount& x = (*counts)[0];
+  EXPECT_EQ(x.tube, "x");
+  EXPECT_EQ(x.ready, 3u);
+  EXPECT_EQ(x.urgent, 2u);
+  EXPECT_EQ(x.delayed, 1u);
+  EXPECT_EQ(x.buried, 1u);
+  EXPECT_EQ(x.reserved, 0u);
+  EXPECT_EQ((*counts)[1].tube, "y");
+  EXPECT_EQ((*counts)[1].reserved, 1u);
+  auto only_y = a->store->CountJobs("y");
+  ASSERT_TRUE(only_y.ok());
+  ASSERT_EQ(only_y->size(), 1u);
+  auto no_tube = a->store->CountJobs("none");
+  ASSERT_TRUE(no_tube.ok());
+  EXPECT_TRUE(no_tube->empty());
+
+  ASSERT_TRUE(Apply(*a, Mutation::PauseTube("x", 5000, kNow + 5000)).ok());
+  ASSERT_TRUE(Apply(*a, Mutation::TopicSettings("y", R"({"retry":{}})")).ok());
+  auto tubes = a->store->Tubes(std::nullopt);
+  ASSERT_TRUE(tubes.ok());
+  EXPECT_EQ(tubes->size(), 2u);
+  auto x_row = a->store->Tubes("x");
+  ASSERT_TRUE(x_row.ok());
+  ASSERT_EQ(x_row->size(), 1u);
+  EXPECT_EQ((*x_row)[0].pause_ms, 5000);
+  EXPECT_EQ((*x_row)[0].unpause_ms, kNow + 5000);
+  auto y_row = a->store->Tubes("y");
+  ASSERT_TRUE(y_row.ok());
+  ASSERT_EQ(y_row->size(), 1u);
+  EXPECT_EQ((*y_row)[0].settings, R"({"retry":{}})");
+}
+
 // A change guarded by a version the row no longer has fails alone, changes
 // nothing, and leaves the changes around it in the same batch committed.
 TEST_F(ClusterStoreTest, AGuardedChangeOnAStaleVersionFailsAloneAndChangesNothing) {

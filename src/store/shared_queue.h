@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,9 @@ inline constexpr const char* kDueChannel = "delayd_due";      // payload: DueNot
 inline constexpr const char* kTubeChannel = "delayd_tube";    // payload: a tube
 
 struct ClaimQuery {
-  std::vector<std::string> tubes;  // ready jobs of these tubes, best (priority, id) first
+  // Ready jobs of these tubes, best (priority, id) first; tubes paused at
+  // now_ms are left out.
+  std::vector<std::string> tubes;
   size_t limit = 1;
   int64_t now_ms = 0;  // a claimed job's deadline is now_ms + its ttr
   // Only jobs of these shards (an owner dispatching its push jobs); empty:
@@ -72,6 +75,24 @@ struct DueQuery {
   size_t limit = 2048;
 };
 
+// Jobs of one tube per state, as the database has them (cluster-wide).
+struct TubeCount {
+  std::string tube;
+  uint64_t ready = 0;
+  uint64_t urgent = 0;  // ready with a priority below 1024
+  uint64_t delayed = 0;
+  uint64_t reserved = 0;
+  uint64_t buried = 0;
+};
+
+// A tube's stored pause and settings.
+struct TubeRow {
+  std::string tube;
+  int64_t pause_ms = 0;
+  int64_t unpause_ms = 0;  // wall ms when the pause ends; 0: not paused
+  std::string settings;    // stored form; empty: none
+};
+
 class SharedQueue {
  public:
   virtual ~SharedQueue() = default;
@@ -93,6 +114,16 @@ class SharedQueue {
   // Hands this node `n` job ids that no node was or will be handed: the
   // first of them.
   virtual void TakeIds(uint64_t n, std::function<void(Result<uint64_t>)> done) = 0;
+  // Reads, synchronous like Store's (the engine makes them through
+  // Store::ReadAside):
+  // The best ready job of `tube`, by (priority, id).
+  virtual Result<std::optional<JobRecord>> BestReady(const std::string& tube) = 0;
+  // Jobs per tube and state, of `tube` or, without one, of every tube that
+  // has any, by tube name. Counts every row: a query of the whole table.
+  virtual Result<std::vector<TubeCount>> CountJobs(std::optional<std::string> tube) = 0;
+  // The stored pause and settings of `tube`, or of every tube without one.
+  virtual Result<std::vector<TubeRow>> Tubes(std::optional<std::string> tube) = 0;
+
   // Starts hearing notices: `fn` gets them in order, through the executor,
   // starting with kListening once listening. Call once.
   virtual Status Listen(std::function<void(std::vector<Notice>)> fn) = 0;

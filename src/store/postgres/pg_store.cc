@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -135,13 +138,16 @@ std::vector<Statement> Statements() {
        {kInt8, kText, kInt8, kInt8}},
       // Claims: the best ready jobs of the tubes ($3), at most $4; per tube
       // in the claim order of jobs_ready, skipping rows another node is
-      // claiming, then the best of those over all the tubes.
+      // claiming, then the best of those over all the tubes. A tube paused
+      // at $2 is left out: a pause committed through any node holds every
+      // claim made after it.
       {"claim",
        fmt::format("UPDATE jobs j SET state=4, ver=j.ver+1, reserved_by=$1, "
                    "deadline_ms=$2+j.ttr_ms, reserves=j.reserves+1 "
                    "FROM (SELECT c.shard, c.id FROM unnest($3::text[]) AS t(name) "
                    "CROSS JOIN LATERAL (SELECT shard, id, pri FROM jobs WHERE state=0 AND "
-                   "tube=t.name AND ($5::int8[] IS NULL OR shard=ANY($5)) ORDER BY pri, id "
+                   "tube=t.name AND ($5::int8[] IS NULL OR shard=ANY($5)) AND NOT EXISTS (SELECT 1 FROM "
+                   "tubes p WHERE p.name=t.name AND p.unpause_ms>$2) ORDER BY pri, id "
                    "LIMIT $4 FOR UPDATE SKIP LOCKED) c "
                    "ORDER BY c.pri, c.id LIMIT $4) w "
                    "WHERE j.shard=w.shard AND j.id=w.id RETURNING {}",
@@ -224,6 +230,19 @@ std::vector<Statement> Statements() {
        "value=meta.value+1 RETURNING coalesce((SELECT value FROM meta WHERE key=$2), 0)",
        {kText, kText}},
       {"get", Select(kJobColumns, "FROM jobs WHERE id=$1"), {kInt8}},
+      {"best_ready",
+       Select(kJobColumns, "FROM jobs WHERE state=0 AND tube=$1 ORDER BY pri, id LIMIT 1"),
+       {kText}},
+      {"count_jobs",
+       "SELECT tube, count(*) FILTER (WHERE state=0), count(*) FILTER (WHERE state=0 AND "
+       "pri<1024), "
+       "count(*) FILTER (WHERE state=1), count(*) FILTER (WHERE state=4), "
+       "count(*) FILTER (WHERE state=2) FROM jobs WHERE state<>3 AND ($1::text IS NULL OR "
+       "tube=$1) GROUP BY tube ORDER BY tube",
+       {kText}},
+      {"tubes",
+       "SELECT name, pause_ms, unpause_ms, settings FROM tubes WHERE $1::text IS NULL OR name=$1",
+       {kText}},
       {"get_by_key",
        Select(kJobColumns, "FROM jobs WHERE shard=$1 AND tube=$2 AND key=$3"),
        {kInt8, kText, kBytea}},
@@ -1104,6 +1123,32 @@ Result<std::vector<JobRecord>> PgStore::FarDelayed(const std::string& tube, int6
   return Rows(
       Read("far_delayed", Params().Int(after_minute).Bytes(tube).Int(static_cast<int64_t>(limit))),
       ReadJob);
+}
+
+Result<std::optional<JobRecord>> PgStore::BestReady(const std::string& tube) {
+  return First(Rows(Read("best_ready", Params().Bytes(tube)), ReadJob));
+}
+
+namespace {
+Params OptionalTube(const std::optional<std::string>& tube) {
+  Params p;
+  tube ? p.Bytes(*tube) : p.Null();
+  return p;
+}
+}  // namespace
+
+Result<std::vector<TubeCount>> PgStore::CountJobs(std::optional<std::string> tube) {
+  return Rows(Read("count_jobs", OptionalTube(tube)), [](const PGresult* r, int row) {
+    auto n = [&](int col) { return static_cast<uint64_t>(pg::GetInt(r, row, col)); };
+    return TubeCount{pg::GetBytes(r, row, 0), n(1), n(2), n(3), n(4), n(5)};
+  });
+}
+
+Result<std::vector<TubeRow>> PgStore::Tubes(std::optional<std::string> tube) {
+  return Rows(Read("tubes", OptionalTube(tube)), [](const PGresult* r, int row) {
+    return TubeRow{pg::GetBytes(r, row, 0), pg::GetInt(r, row, 1), pg::GetInt(r, row, 2),
+                   pg::GetBytes(r, row, 3)};
+  });
 }
 
 Result<std::optional<TimerRecord>> PgStore::GetTimer(uint64_t id) {

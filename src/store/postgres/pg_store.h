@@ -29,13 +29,11 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "common/executor.h"
 #include "store/commit_queue.h"
@@ -98,6 +96,9 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   void Due(DueQuery q, std::function<void(Result<std::vector<DueEntry>>)> done) override;
   void TakeIds(uint64_t n, std::function<void(Result<uint64_t>)> done) override;
   Status Listen(std::function<void(std::vector<Notice>)> fn) override;
+  Result<std::optional<JobRecord>> BestReady(const std::string& tube) override;
+  Result<std::vector<TubeCount>> CountJobs(std::optional<std::string> tube) override;
+  Result<std::vector<TubeRow>> Tubes(std::optional<std::string> tube) override;
 
  private:
   // A connection with its prepared statements, reconnected when it broke.
