@@ -68,6 +68,9 @@ class Claimer {
   void Hear(const std::vector<store::Notice>& notices);
   // Makes the claims that failed and are due again.
   void Tick();
+  // Puts a job claimed for nobody back to ready, its reservation uncounted,
+  // guarded by the version the claim gave it.
+  void Return(store::JobRecord j);
 
   ClaimerStats stats() const;
 
@@ -83,8 +86,6 @@ class Claimer {
 
   void Claim(const std::string& key);
   void OnClaimed(const std::string& key, Result<std::vector<store::JobRecord>> r);
-  // Puts a job claimed for nobody back to ready.
-  void Return(store::JobRecord j);
   void Arm();
 
   store::Store& store_;

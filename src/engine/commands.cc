@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "engine/engine.h"
 #include "engine/spec_json.h"
@@ -13,15 +14,38 @@ using store::JobRecord;
 using store::Mutation;
 using store::StoredState;
 
+namespace {
+// Push delivery in cluster mode moves to the shards' owners
+// (doc/cluster.md), which is not built yet: a push job is refused rather
+// than kept undelivered.
+const Status kNoPushInCluster =
+    Status::InvalidArgument("push targets are not delivered in cluster mode yet");
+constexpr uint64_t kMaxClusterKick = 100'000;
+}  // namespace
+
 void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms, std::string body,
                  std::function<void(Result<uint64_t>)> done) {
   if (draining_) {
     done(Status::Unavailable("draining"));
     return;
   }
+  if (shared_ != nullptr && c->use->settings && c->use->settings->target) {
+    return done(kNoPushInCluster);
+  }
+  if (ids_ != nullptr && ids_->available() == 0) {
+    // Cluster mode: the next block of ids is on its way; puts wait in order.
+    Pin(c);
+    ids_->Wait(1, [this, c, priority, delay_ms, ttr_ms, body = std::move(body),
+                   done = std::move(done)](const Status& s) mutable {
+      if (!Unpin(c)) return done(Status::Unavailable("the client hung up"));
+      if (!s.ok()) return done(s);
+      Put(c, priority, delay_ms, ttr_ms, std::move(body), std::move(done));
+    });
+    return;
+  }
   const int64_t due_ms = DueFromNow(delay_ms);
   JobRecord r;
-  r.id = next_id_++;
+  r.id = NewId();
   r.tube = c->use->name;
   r.priority = priority;
   r.state = delay_ms > 0 ? StoredState::kDelayed : StoredState::kReady;
@@ -123,7 +147,21 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
                        const std::unordered_map<std::string, std::optional<JobRecord>>& keys,
                        std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also) {
   if (draining_) return done(Status::Unavailable("draining"));
+  if (const size_t n = jobs.size(); ids_ != nullptr && ids_->available() < n) {
+    ids_->Wait(n, [this, topic, jobs = std::move(jobs), keys, done = std::move(done),
+                   also = std::move(also)](const Status& s) mutable {
+      if (!s.ok()) return done(s);
+      SubmitNow(topic, std::move(jobs), keys, std::move(done), std::move(also));
+    });
+    return;
+  }
   const Tube* tube = FindTube(topic);
+  if (shared_ != nullptr) {
+    const bool topic_pushes = tube != nullptr && tube->settings && tube->settings->target;
+    for (const NewJob& n : jobs) {
+      if (topic_pushes || n.spec.target) return done(kNoPushInCluster);
+    }
+  }
   const int64_t now_ms = (clock_.WallMicros() + 999) / 1000;
   std::vector<Submitted> out(jobs.size());
   std::vector<Mutation> writes;
@@ -163,7 +201,7 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
     int64_t ttr_ms = n.ttr_ms;
     ApplyDefaults(tube, n.spec, ttr_ms);
     JobRecord r;
-    r.id = next_id_++;
+    r.id = NewId();
     r.tube = topic;
     r.priority = n.priority;
     r.run_at_ms = n.run_at_ms ? *n.run_at_ms : now_ms + n.delay_ms;
@@ -215,8 +253,15 @@ void Engine::ReserveJob(Client* c, uint64_t id, Reply<JobView> done) {
       id, [](const Job& j) { return j.state != JobState::kReserved; },
       [this, c, done = std::move(done)](Result<Job*> found) {
         if (!found.ok()) return done(found.status());
-        Grant(c, found.value());
-        done(View(*found.value()));
+        Job* j = found.value();
+        Grant(c, j);
+        if (shared_ == nullptr) return done(View(*j));
+        // Cluster mode: the reservation is a row, held once written.
+        Write(j, Mutation::Update(Record(*j)).Written(),
+              [this, id = j->id, done = std::move(done)](const Status& s) {
+                if (!s.ok()) return done(s);
+                done(View(*jobs_.at(id)));
+              });
       },
       c);
 }
@@ -248,14 +293,17 @@ void Engine::Bury(Client* c, uint64_t id, uint32_t priority, Done done) {
   BuryHeld(j, priority, std::move(done));
 }
 
-Status Engine::Touch(Client* c, uint64_t id) {
+void Engine::Touch(Client* c, uint64_t id, Done done) {
   Job* j = ReservedBy(c, id);
-  if (j == nullptr) return Status::NotFound("job not reserved by this client");
+  if (j == nullptr) return done(Status::NotFound("job not reserved by this client"));
   c->reserved.erase(j);
   j->deadline_us = clock_.SteadyMicros() + j->ttr_ms * 1000;
   c->reserved.insert(j);
   Schedule(j->timer, TickAtSteady(j->deadline_us));
-  return Status::Ok();
+  if (shared_ == nullptr) return done(Status::Ok());
+  // Lost to a power cut, the old deadline may return the job early: a
+  // delivery again, as at-least-once allows.
+  Write(j, Mutation::Update(Record(*j)).Written(), std::move(done));
 }
 
 void Engine::KickJob(uint64_t id, Done done) {
@@ -269,7 +317,30 @@ void Engine::KickJob(uint64_t id, Done done) {
 }
 
 void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>)> done) {
-  KickTube(c->use->name, bound, std::nullopt, std::move(done));
+  if (shared_ == nullptr) return KickTube(c->use->name, bound, std::nullopt, std::move(done));
+  // Cluster mode: the tube's buried rows if it has any, else its delayed
+  // ones, soonest first; each kick guarded by the version read. Each is
+  // brought into memory for its write, so one kick takes kMaxClusterKick at
+  // most (KICKED says how many; kick again for more).
+  bound = std::min(bound, kMaxClusterKick);
+  Aside(
+      [&store = store_, tube = c->use->name, bound]() -> Result<std::vector<JobRecord>> {
+        store::ListQuery q;
+        q.tube = tube;
+        q.state = StoredState::kBuried;
+        q.limit = bound;
+        auto buried = store.List(q);
+        if (!buried.ok() || !buried->empty()) return buried;
+        return store.FarDelayed(tube, std::numeric_limits<int64_t>::min(), bound);
+      },
+      [this, done = std::move(done)](Result<std::vector<JobRecord>> rows, uint64_t) mutable {
+        if (!rows.ok()) return done(rows.status());
+        std::vector<Job*> kicked;
+        for (const JobRecord& r : *rows) {
+          if (!jobs_.count(r.id)) kicked.push_back(AdoptRow(r));  // else being changed here
+        }
+        KickAll(std::move(kicked), std::move(done));
+      });
 }
 
 // Picks the jobs to kick from memory; when it needs delayed jobs beyond the
@@ -308,6 +379,10 @@ void Engine::KickTube(const std::string& name, uint64_t bound,
       }
     }
   }
+  KickAll(std::move(kicked), std::move(done));
+}
+
+void Engine::KickAll(std::vector<Job*> kicked, Reply<uint64_t> done) {
   if (kicked.empty()) return done(uint64_t{0});
   // KICKED counts the kicks the store took: a failed one is undone (Resync),
   // and only when none took is the failure the answer.
@@ -403,7 +478,10 @@ void Engine::RunNow(uint64_t id, Done done) {
       [this, done = std::move(done)](Result<Job*> found) mutable {
         if (!found.ok()) return done(found.status());
         Job* j = found.value();
-        if (j->state == JobState::kReady) return done(Status::Ok());
+        if (j->state == JobState::kReady) {
+          if (shared_ != nullptr && j->pending_writes == 0) Unadopt(j);  // read for nothing
+          return done(Status::Ok());
+        }
         Detach(j);
         j->due_ms = clock_.WallMillis();
         MakeReady(j);
@@ -412,12 +490,22 @@ void Engine::RunNow(uint64_t id, Done done) {
 }
 
 void Engine::Retry(uint64_t id, Done done) {
-  Job* j = FindLive(id);
-  if (j == nullptr) return done(Status::NotFound("no such job"));
-  if (j->state != JobState::kBuried) {
-    return done(Status::Conflict(std::string("job is not a dead letter (buried)")));
+  // Buried jobs are in memory on one node, rows in cluster mode.
+  auto retry = [this, done = std::move(done)](Result<Job*> found) mutable {
+    if (found.status().code() == StatusCode::kConflict) {
+      return done(Status::Conflict(std::string("job is not a dead letter (buried)")));
+    }
+    if (!found.ok()) return done(found.status());
+    KickOne(found.value(), /*fresh_budget=*/true, std::move(done));
+  };
+  if (shared_ != nullptr) {
+    return FindOrLoad(
+        id, [](const Job& j) { return j.state == JobState::kBuried; }, std::move(retry));
   }
-  KickOne(j, /*fresh_budget=*/true, std::move(done));
+  Job* j = FindLive(id);
+  if (j == nullptr) return retry(Status::NotFound("no such job"));
+  if (j->state != JobState::kBuried) return retry(Status::Conflict("not buried"));
+  retry(j);
 }
 
 Result<JobInfo> Engine::AdoptReservation(Client* c, uint64_t id) {
@@ -445,7 +533,7 @@ void Engine::SettleHttp(uint64_t id, uint32_t lease, Settle how, std::optional<u
     case Settle::kBury:
       return BuryHeld(j, priority.value_or(j->priority), std::move(done));
     case Settle::kTouch:
-      return done(Touch(http_holder_, id));
+      return Touch(http_holder_, id, std::move(done));
   }
 }
 

@@ -58,6 +58,7 @@ Tube* Engine::FindOrMakeTube(const std::string& name) {
   Tube* raw = t.get();
   tubes_.push_back(std::move(t));
   tube_index_.emplace(name, raw);
+  if (shared_ != nullptr) ReadTubes(name);  // paused, or given settings, by another node
   return raw;
 }
 
@@ -94,6 +95,7 @@ void Engine::Disconnect(Client* c) {
   for (Job* j : held) {
     Detach(j);
     MakeReady(j);
+    if (shared_ != nullptr) WriteRequeued(j);
   }
   // Each tube once: a tube both used and watched must not be looked at
   // again after dropping it.
@@ -213,6 +215,10 @@ JobRecord Engine::Record(const Job& j) const {
   r.created_ms = j.created_ms;
   r.run_at_ms = j.run_at_ms;
   r.counters = j.counters;
+  if (shared_ != nullptr && j.state == JobState::kReserved) {
+    r.reserved_by = shared_->node_id();
+    r.deadline_ms = clock_.WallMillis() + (j.deadline_us - clock_.SteadyMicros()) / 1000;
+  }
   if (j.extra) {
     r.key = j.extra->key;
     r.spec = j.extra->spec_text;
@@ -251,11 +257,31 @@ void Engine::ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const 
 // Pins `j` in memory until the mutation is answered. Memory changed before
 // the write (so the client's next command sees it); a write that fails is
 // undone by taking the store's record again, before `done` tells the client.
+//
+// Cluster mode: a write of a job read from the database requires the
+// version it was read at, plus one for each write queued since (one node's
+// writes commit in order). A write that fails leaves the job to the
+// database: it leaves memory (a held job's reservation is lost), and a
+// version that moved on (another node changed the job) answers kNotFound.
 void Engine::Write(Job* j, Mutation m, Done done) {
+  if (shared_ != nullptr && !std::holds_alternative<store::change::InsertJob>(m.change)) {
+    m = std::move(m).IfVersion(j->version++);
+  }
   ++j->pending_writes;
   if (auto r = resyncing_.find(j->id); r != resyncing_.end()) r->second = true;
   store_.Submit(std::move(m), [this, id = j->id, done = std::move(done)](const Status& s) {
     Job* job = jobs_.at(id).get();
+    if (!s.ok() && shared_ != nullptr) {
+      if (job->state != JobState::kPending) {
+        Detach(job);
+        job->state = JobState::kDeleting;
+      }
+      done(s.code() == StatusCode::kConflict
+               ? Status::NotFound("the job was changed meanwhile (its reservation ran out, or "
+                                  "another node acted on it)")
+               : s);
+      return WriteDone(job);
+    }
     if (!s.ok()) job->diverged = true;
     // With later writes still queued, the last of them resyncs: each carries
     // the whole job, so the store ends as memory is unless one fails.
@@ -350,6 +376,12 @@ void Engine::TakeStored(Job* j, const Result<std::optional<JobRecord>>& read) {
 void Engine::WriteDone(Job* j) {
   if (--j->pending_writes > 0) return;
   Tube* t = j->tube;
+  // Cluster mode: the database has the job now, unless one of this node's
+  // clients holds it.
+  if (shared_ != nullptr && j->state != JobState::kReserved) {
+    Detach(j);
+    j->state = JobState::kDeleting;
+  }
   if (j->state == JobState::kDeleting) {
     --t->jobs;
     Forget(j);
@@ -365,8 +397,15 @@ void Engine::WriteDone(Job* j) {
 }
 
 void Engine::Forget(Job* j) {
-  left_.Changed(j->id);
-  jobs_.erase(j->id);
+  const uint64_t id = j->id;
+  left_.Changed(id);
+  jobs_.erase(id);
+  auto waiting = adopt_after_.find(id);
+  if (waiting == adopt_after_.end()) return;
+  auto [c, r] = std::move(waiting->second);
+  adopt_after_.erase(waiting);
+  if (!Unpin(c)) return claimer_->Return(std::move(r));
+  Adopt(c, std::move(r));
 }
 
 }  // namespace delayd::engine

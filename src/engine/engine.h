@@ -29,6 +29,19 @@
 // the engine notes the jobs that leave memory while reads are in flight, and
 // reads again a row of such a job.
 //
+// Cluster mode (doc/cluster.md, JoinCluster): the queue is the database's,
+// shared by every node. Memory then holds clients, tubes, waiters and the
+// jobs this node's clients hold (with the row version their claim gave
+// them); ready, delayed and buried jobs are rows. A waiter is served by a
+// claim (cluster::Claimer), a put takes its id from a block
+// (cluster::IdBlocks), and every write of a job read from the database is
+// guarded by the version it was read at: a job another node changed
+// meanwhile answers kNotFound, as beanstalkd answers for a reservation that
+// ran out. A job a transition brings into memory (a kick, a delete) leaves
+// it once its write is answered. Peeks and counts are read from the
+// database: `stats` counts the cluster's jobs; the counters of commands
+// (total-jobs, cmd-*, job-timeouts) are this node's.
+//
 // Threading: not thread-safe. Every method, and every callback it makes, runs
 // on the one thread that owns the engine (the server's event loop).
 #pragma once
@@ -43,12 +56,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cluster/claimer.h"
+#include "cluster/id_blocks.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "engine/api_types.h"
 #include "engine/events.h"
 #include "engine/stats.h"
 #include "engine/types.h"
+#include "store/shared_queue.h"
 #include "store/stale_reads.h"
 #include "store/store.h"
 
@@ -94,7 +110,16 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Rebuilds memory from the store. Call once, before anything else.
+  // Cluster mode: the queue is `queue`'s (the store's SharedQueue), waiters
+  // are served by `claimer` and puts take ids from `ids`. Call before
+  // Recover; all three must outlive the engine.
+  void JoinCluster(store::SharedQueue& queue, cluster::Claimer& claimer, cluster::IdBlocks& ids);
+  bool clustered() const { return shared_ != nullptr; }
+  // Cluster mode: notices heard from the database (a tube changed).
+  void Hear(const std::vector<store::Notice>& notices);
+
+  // Rebuilds memory from the store (in cluster mode, only tubes' pauses and
+  // settings). Call once, before anything else.
   Status Recover();
 
   // Fires everything due by now: delayed jobs, ttr expiries, reserve
@@ -131,8 +156,10 @@ class Engine {
   void Release(Client* c, uint64_t id, uint32_t priority, int64_t delay_ms, Done done);
   // A job this client holds is buried (a dead letter) with `priority`.
   void Bury(Client* c, uint64_t id, uint32_t priority, Done done);
-  // Restarts the ttr of a job this client holds. Not stored.
-  Status Touch(Client* c, uint64_t id);
+  // Restarts the ttr of a job this client holds. Not stored on one node; in
+  // cluster mode the new deadline is written (for the owners' sweeps) before
+  // `done`.
+  void Touch(Client* c, uint64_t id, Done done);
   // Up to `bound` jobs of the used tube become ready: its buried jobs if it
   // has any, else its delayed ones (soonest first, beyond the horizon too).
   // `done` gets the number the store took.
@@ -144,10 +171,14 @@ class Engine {
   void PauseTube(const std::string& name, int64_t delay_ms, Done done);
 
   // A job in any state but done, from memory or, beyond the horizon, the
-  // store; the peek-* variants take the client's used tube.
+  // store; the peek-* variants take the client's used tube. In cluster mode
+  // from the database.
   void Peek(uint64_t id, Reply<JobView> done);
-  Result<JobView> PeekReady(Client* c);
+  void PeekReady(Client* c, Reply<JobView> done);
   void PeekDelayed(Client* c, Reply<JobView> done);
+  void PeekBuried(Client* c, Reply<JobView> done);
+  // From memory: one node only.
+  Result<JobView> PeekReady(Client* c);
   Result<JobView> PeekBuried(Client* c);
 
   void Use(Client* c, const std::string& name);
@@ -156,9 +187,17 @@ class Engine {
   std::optional<size_t> Ignore(Client* c, const std::string& name);
   const std::string& UsedTube(const Client* c) const { return c->use->name; }
   std::vector<std::string> WatchedTubes(const Client* c) const;
-  std::vector<std::string> TubeNames() const;
+  // The tubes of this node's memory (in creation order), then in cluster
+  // mode those only the database has jobs of.
+  void TubeNames(Reply<std::vector<std::string>> done);
+  std::vector<std::string> TubeNames() const;  // this node's
 
   void StatsJob(uint64_t id, Reply<JobStats> done);
+  // Job counts from memory, or in cluster mode the cluster's from the
+  // database; the rest is this node's.
+  void StatsTube(const std::string& name, Reply<TubeStats> done);
+  void Stats(Reply<EngineStats> done);
+  // From memory: every count on one node, this node's alone in cluster mode.
   Result<TubeStats> StatsTube(const std::string& name) const;
   EngineStats Stats() const;
 
@@ -340,6 +379,8 @@ class Engine {
   void KickTube(const std::string& name, uint64_t bound,
                 std::optional<std::pair<std::vector<store::JobRecord>, uint64_t>> far,
                 Reply<uint64_t> done);
+  // Kicks each of `kicked`; `done` gets how many the store took.
+  void KickAll(std::vector<Job*> kicked, Reply<uint64_t> done);
   void PeekFar(const std::string& tube, Reply<JobView> done);
   // Keyed submissions, one at a time: their keys are looked up in the store
   // aside, and a later one must see the jobs an earlier one created.
@@ -373,6 +414,31 @@ class Engine {
   void Pin(Client* c) { ++c->reads; }
   bool Unpin(Client* c);
 
+  // Cluster mode (shared.cc).
+  uint64_t NewId() { return ids_ != nullptr ? ids_->Next() : next_id_++; }
+  Status RecoverShared();
+  void ReserveShared(Client* c, int64_t timeout_ms);
+  // The watched tubes a claim may take from (not paused).
+  std::vector<std::string> ClaimTubes(const Client* c) const;
+  // (Re)starts the claims of a waiting client, after its tubes' pauses
+  // changed.
+  void Claim(Client* c);
+  void Rewait(Tube* t);
+  // A job claimed for `c` (a waiter, or a one-shot claim): held by it, or
+  // returned if it stopped waiting.
+  void Adopt(Client* c, store::JobRecord r);
+  // A row brought into memory in its stored state, for a transition.
+  Job* AdoptRow(const store::JobRecord& r);
+  // Drops a job adopted for a transition that did not happen.
+  void Unadopt(Job* j);
+  // A tube's stored pause and settings, read again.
+  void TakeTube(const store::TubeRow& row);
+  void ReadTubes(std::optional<std::string> name);
+  // The database's job counts of `tube`, or of every tube.
+  void CountShared(std::optional<std::string> tube, Reply<std::vector<store::TubeCount>> done);
+  // Writes a held job's return to ready (ttr, disconnect) in cluster mode.
+  void WriteRequeued(Job* j);
+
   // Waiters.
   void Serve(Tube* t);
   // Hands `j` to the waiting client `c`.
@@ -384,6 +450,14 @@ class Engine {
   void ExpireReservation(Job* j);
 
   store::Store& store_;
+  // Cluster mode only (JoinCluster); null on one node.
+  store::SharedQueue* shared_ = nullptr;
+  cluster::Claimer* claimer_ = nullptr;
+  cluster::IdBlocks* ids_ = nullptr;
+  Client* remote_holder_ = nullptr;  // holds jobs adopted reserved by another node
+  // Claims answered for a client while the job was still in memory (a write
+  // of it pending): adopted once it leaves.
+  std::unordered_map<uint64_t, std::pair<Client*, store::JobRecord>> adopt_after_;
   const Clock& clock_;
   const EngineOptions options_;
   WakeFn wake_;

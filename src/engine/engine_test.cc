@@ -267,7 +267,9 @@ TEST_F(EngineTest, DeadlineSoonFollowsTheSoonestOfManyReservations) {
     r.Take();
   }
   Advance(1500);
-  EXPECT_TRUE(engine_->Touch(c, short_ttr).ok());  // now due 3 s from here: 4.5 s from start
+  EXPECT_TRUE(Await([&](Engine::Done d) {
+                engine_->Touch(c, short_ttr, d);
+              }).ok());  // now due 3 s from here: 4.5 s from start
   engine_->Reserve(c, -1);
   Advance(1999);  // 3.499 s from start: the touched job's margin starts at 3.5 s
   EXPECT_TRUE(r.events.empty());
@@ -499,8 +501,8 @@ TEST_F(EngineTest, OnlyTheReserverMaySettleAReservedJob) {
             StatusCode::kConflict);
   EXPECT_EQ(Await([&](Engine::Done d) { engine_->Release(b, id, 1, 0, d); }).code(),
             StatusCode::kNotFound);
-  EXPECT_EQ(engine_->Touch(b, id).code(), StatusCode::kNotFound);
-  EXPECT_TRUE(engine_->Touch(a, id).ok());
+  EXPECT_EQ(Await([&](Engine::Done d) { engine_->Touch(b, id, d); }).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Await([&](Engine::Done d) { engine_->Touch(a, id, d); }).ok());
   EXPECT_TRUE(Await([&](Engine::Done d) { engine_->Delete(a, id, d); }).ok());
 }
 

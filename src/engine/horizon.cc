@@ -12,6 +12,7 @@ using store::JobRecord;
 using store::StoredState;
 
 Status Engine::Recover() {
+  if (shared_ != nullptr) return RecoverShared();
   const int64_t now_ms = clock_.WallMillis();
   const int64_t horizon_minute = store::DueMinute(now_ms + options_.horizon_ms);
   auto r = store_.Recover(horizon_minute);
@@ -123,6 +124,7 @@ void Engine::Loaded(Result<std::vector<JobRecord>> rows, uint64_t since) {
 }
 
 bool Engine::IsFar(const JobRecord& r) const {
+  if (shared_ != nullptr) return r.state != StoredState::kDone;  // memory holds no row
   const int64_t minute = store::DueMinute(r.due_ms);
   return r.state == StoredState::kDelayed &&
          (minute > loaded_minute_ ||
@@ -153,13 +155,22 @@ void Engine::FindOrLoad(uint64_t id, std::function<bool(const Job&)> allowed, Re
   };
   if (auto r = found()) return done(std::move(*r));
   if (c != nullptr) Pin(c);
-  ReadFar(id, [this, found, c, done = std::move(done)](Result<std::optional<JobRecord>> far) {
-    if (c != nullptr && !Unpin(c)) return done(Status::Unavailable("the client hung up"));
-    if (auto r = found()) return done(std::move(*r));  // came into memory meanwhile
-    if (!far.ok()) return done(far.status());
-    if (!far.value()) return done(Status::NotFound("no such job"));
-    done(MaterializeFar(**far));  // delayed, which every caller accepts
-  });
+  ReadFar(id,
+          [this, found, allowed, c, done = std::move(done)](Result<std::optional<JobRecord>> far) {
+            if (c != nullptr && !Unpin(c)) return done(Status::Unavailable("the client hung up"));
+            if (auto r = found()) return done(std::move(*r));  // came into memory meanwhile
+            if (!far.ok()) return done(far.status());
+            if (!far.value()) return done(Status::NotFound("no such job"));
+            if (shared_ == nullptr)
+              return done(MaterializeFar(**far));  // delayed: every caller accepts it
+            Job* j = AdoptRow(**far);
+            if (!allowed(*j)) {
+              const JobState state = j->state;
+              Unadopt(j);
+              return done(Status::Conflict("job is " + std::string(StateName(state))));
+            }
+            done(j);
+          });
 }
 
 Job* Engine::MaterializeFar(const JobRecord& r) {

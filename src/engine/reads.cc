@@ -1,6 +1,7 @@
 // Reads: peeks, stats, jobs and topics, merging memory (newer) with the
 // store for jobs memory does not hold (read aside, engine.h says how).
 #include <algorithm>
+#include <limits>
 
 #include "engine/engine.h"
 #include "engine/spec_json.h"
@@ -19,6 +20,40 @@ void Engine::Peek(uint64_t id, Reply<JobView> done) {
       std::move(done));
 }
 
+namespace {
+// A row's job, or kNotFound saying `none`.
+Result<JobView> RowView(Result<std::optional<JobRecord>> r, const char* none) {
+  if (!r.ok()) return r.status();
+  if (!r.value()) return Status::NotFound(none);
+  return JobView{r.value()->id, std::make_shared<const std::string>(std::move(r.value()->body))};
+}
+Result<std::optional<JobRecord>> FirstRow(Result<std::vector<JobRecord>> rows) {
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return std::optional<JobRecord>();
+  return std::optional<JobRecord>(std::move(rows->front()));
+}
+}  // namespace
+
+void Engine::PeekReady(Client* c, Reply<JobView> done) {
+  if (shared_ == nullptr) return done(PeekReady(c));
+  Aside([q = shared_, tube = c->use->name] { return q->BestReady(tube); },
+        [done = std::move(done)](Result<std::optional<JobRecord>> r, uint64_t) {
+          done(RowView(std::move(r), "no ready job"));
+        });
+}
+
+void Engine::PeekBuried(Client* c, Reply<JobView> done) {
+  if (shared_ == nullptr) return done(PeekBuried(c));
+  store::ListQuery q;
+  q.tube = c->use->name;
+  q.state = StoredState::kBuried;
+  q.limit = 1;
+  Aside([&store = store_, q] { return FirstRow(store.List(q)); },
+        [done = std::move(done)](Result<std::optional<JobRecord>> r, uint64_t) {
+          done(RowView(std::move(r), "no buried job"));
+        });
+}
+
 Result<JobView> Engine::PeekReady(Client* c) {
   if (c->use->ready.empty()) return Status::NotFound("no ready job");
   return View(**c->use->ready.begin());
@@ -29,6 +64,15 @@ void Engine::PeekDelayed(Client* c, Reply<JobView> done) { PeekFar(c->use->name,
 // The soonest delayed job of the tube: in memory if it has any (they are
 // due before every job beyond the horizon), else the store's soonest.
 void Engine::PeekFar(const std::string& tube, Reply<JobView> done) {
+  if (shared_ != nullptr) {
+    return Aside(
+        [&store = store_, tube] {
+          return FirstRow(store.FarDelayed(tube, std::numeric_limits<int64_t>::min(), 1));
+        },
+        [done = std::move(done)](Result<std::optional<JobRecord>> r, uint64_t) {
+          done(RowView(std::move(r), "no delayed job"));
+        });
+  }
   Tube* t = FindTube(tube);
   if (t != nullptr && !t->delayed.empty()) return done(View(**t->delayed.begin()));
   if (t == nullptr || t->far_delayed == 0) return done(Status::NotFound("no delayed job"));
@@ -76,12 +120,14 @@ void Engine::StatsJob(uint64_t id, Reply<JobStats> done) {
     JobStats s;
     s.id = r.id;
     s.tube = r.tube;
-    s.state = JobState::kDelayed;
+    s.state = FromStored(r.state);  // delayed, but for rows in cluster mode
     s.priority = r.priority;
     s.age_s = (wall_us / 1000 - r.created_ms) / 1000;
     s.delay_s = r.delay_ms / 1000;
     s.ttr_s = r.ttr_ms / 1000;
-    s.time_left_s = (r.due_ms * 1000 - wall_us) / 1'000'000;
+    if (s.state == JobState::kDelayed) s.time_left_s = (r.due_ms * 1000 - wall_us) / 1'000'000;
+    if (s.state == JobState::kReserved)
+      s.time_left_s = (r.deadline_ms * 1000 - wall_us) / 1'000'000;
     s.counters = r.counters;
     return s;
   };
@@ -109,6 +155,62 @@ Result<TubeStats> Engine::StatsTube(const std::string& name) const {
     s.pause_left_s = (t->unpause_us - clock_.SteadyMicros()) / 1'000'000;
   }
   return s;
+}
+
+namespace {
+void AddCounts(const store::TubeCount& n, uint64_t& ready, uint64_t& urgent, uint64_t& delayed,
+               uint64_t& reserved, uint64_t& buried) {
+  ready += n.ready;
+  urgent += n.urgent;
+  delayed += n.delayed;
+  reserved += n.reserved;
+  buried += n.buried;
+}
+}  // namespace
+
+void Engine::StatsTube(const std::string& name, Reply<TubeStats> done) {
+  if (shared_ == nullptr) return done(StatsTube(name));
+  CountShared(name,
+              [this, name, done = std::move(done)](Result<std::vector<store::TubeCount>> counts) {
+                if (!counts.ok()) return done(counts.status());
+                Result<TubeStats> local = StatsTube(name);
+                if (!local.ok() && counts->empty()) return done(local.status());
+                TubeStats s = local.ok() ? *local : TubeStats{};
+                s.name = name;
+                s.ready = s.urgent = s.delayed = s.reserved = s.buried = 0;
+                for (const store::TubeCount& n : *counts) {
+                  AddCounts(n, s.ready, s.urgent, s.delayed, s.reserved, s.buried);
+                }
+                done(s);
+              });
+}
+
+void Engine::Stats(Reply<EngineStats> done) {
+  if (shared_ == nullptr) return done(Stats());
+  CountShared(std::nullopt,
+              [this, done = std::move(done)](Result<std::vector<store::TubeCount>> counts) {
+                if (!counts.ok()) return done(counts.status());
+                EngineStats s = Stats();
+                s.ready = s.urgent = s.delayed = s.reserved = s.buried = 0;
+                for (const store::TubeCount& n : *counts) {
+                  AddCounts(n, s.ready, s.urgent, s.delayed, s.reserved, s.buried);
+                  if (FindTube(n.tube) == nullptr) ++s.tubes;
+                }
+                done(s);
+              });
+}
+
+void Engine::TubeNames(Reply<std::vector<std::string>> done) {
+  if (shared_ == nullptr) return done(TubeNames());
+  CountShared(std::nullopt,
+              [this, done = std::move(done)](Result<std::vector<store::TubeCount>> counts) {
+                if (!counts.ok()) return done(counts.status());
+                std::vector<std::string> names = TubeNames();
+                for (const store::TubeCount& n : *counts) {
+                  if (FindTube(n.tube) == nullptr) names.push_back(n.tube);
+                }
+                done(std::move(names));
+              });
 }
 
 EngineStats Engine::Stats() const {

@@ -64,6 +64,9 @@ struct Job {
   bool diverged = false;
   EngineTimer timer;  // due time when delayed, ttr deadline when reserved
   std::unique_ptr<JobExtra> extra;
+  // Cluster mode: the row's version, which the job's next write requires
+  // (each write raises it by one).
+  uint64_t version = 0;
 
   // A push job is delivered by the dispatcher; pull consumers never see it.
   bool push() const { return extra && extra->spec && extra->spec->target; }
@@ -148,6 +151,7 @@ struct Client {
   int64_t wait_until_us = -1;  // steady us when a reserve-with-timeout gives up; -1: never
   EngineTimer timer;           // the earlier of wait_until_us and deadline-soon
   uint32_t reads = 0;          // reads aside in flight on its behalf
+  uint64_t claim = 0;          // cluster mode: its cluster::Claimer waiter; 0: none
   bool gone = false;           // disconnected while reads were in flight
 };
 

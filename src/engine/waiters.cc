@@ -7,6 +7,7 @@
 namespace delayd::engine {
 
 void Engine::Reserve(Client* c, int64_t timeout_ms) {
+  if (shared_ != nullptr) return ReserveShared(c, timeout_ms);
   bool any_ready = false;
   Job* best = nullptr;
   for (Tube* t : c->watch) {
@@ -53,6 +54,10 @@ void Engine::StopWaiting(Client* c) {
   if (!c->waiting) return;
   c->waiting = false;
   --waiting_;
+  if (c->claim != 0) {
+    claimer_->Cancel(c->claim);
+    c->claim = 0;
+  }
   for (Tube* t : c->watch) {
     auto& w = t->waiters;
     w.erase(std::find(w.begin(), w.end(), c));

@@ -206,6 +206,17 @@ const std::vector<Api::Route>& Api::Table() {
          c.reply(Response{200, "application/json", {}, OpenApiDocument()});
        }},
       {{"GET", "/v1/stats"}, [](Api& a, Call& c) { a.Stats(c); }},
+      {{"GET", "/v1/cluster"},
+       [](Api& a, Call& c) {
+         if (!a.options_.cluster_view) {
+           return c.reply(ProblemResponse(
+               Status::NotFound("not a cluster node (delayd runs with --cluster for that)")));
+         }
+         a.options_.cluster_view([reply = std::move(c.reply)](Result<nlohmann::json> view) {
+           if (!view.ok()) return reply(ProblemResponse(view.status()));
+           reply(JsonResponse(200, *view));
+         });
+       }},
       {{"POST", "/v1/topics/{topic}/jobs"}, [](Api& a, Call& c) { a.SubmitJobs(c); }},
       {{"GET", "/v1/topics/{topic}/keys/{key}"}, [](Api& a, Call& c) { a.GetByKey(c); }},
       {{"POST", "/v1/topics/{topic}/reserve"}, [](Api& a, Call& c) { a.Reserve(c); }},
@@ -669,26 +680,31 @@ void Api::PauseTopic(Call& c, bool pause) {
 }
 
 void Api::Stats(Call& c) {
-  engine::EngineStats e = engine_.Stats();
-  json j = {{"version", options_.version},
-            {"jobs",
-             {{"ready", e.ready},
-              {"delayed", e.delayed},
-              {"reserved", e.reserved},
-              {"buried", e.buried},
-              {"total_submitted", e.total_jobs},
-              {"ttr_timeouts", e.job_timeouts}}},
-            {"topics", e.tubes},
-            {"waiting_consumers", e.waiting},
-            {"draining", e.draining}};
-  if (dispatcher_ != nullptr) {
-    delivery::DispatcherStats d = dispatcher_->stats();
-    j["delivery"] = {{"delivered", d.delivered},       {"failed_attempts", d.failed},
-                     {"dead_letters", d.dead_letters}, {"in_flight", d.in_flight},
-                     {"alerts_sent", d.alerts_sent},   {"alerts_suppressed", d.alerts_suppressed}};
-  }
-  if (server_stats_) j["server"] = server_stats_();
-  c.reply(JsonResponse(200, j));
+  // In cluster mode the job counts are the cluster's, read from the database.
+  engine_.Stats([this, reply = std::move(c.reply)](Result<engine::EngineStats> r) {
+    if (!r.ok()) return reply(ProblemResponse(r.status()));
+    const engine::EngineStats& e = *r;
+    json j = {{"version", options_.version},
+              {"jobs",
+               {{"ready", e.ready},
+                {"delayed", e.delayed},
+                {"reserved", e.reserved},
+                {"buried", e.buried},
+                {"total_submitted", e.total_jobs},
+                {"ttr_timeouts", e.job_timeouts}}},
+              {"topics", e.tubes},
+              {"waiting_consumers", e.waiting},
+              {"draining", e.draining}};
+    if (dispatcher_ != nullptr) {
+      delivery::DispatcherStats d = dispatcher_->stats();
+      j["delivery"] = {
+          {"delivered", d.delivered},       {"failed_attempts", d.failed},
+          {"dead_letters", d.dead_letters}, {"in_flight", d.in_flight},
+          {"alerts_sent", d.alerts_sent},   {"alerts_suppressed", d.alerts_suppressed}};
+    }
+    if (server_stats_) j["server"] = server_stats_();
+    reply(JsonResponse(200, j));
+  });
 }
 
 }  // namespace delayd::http

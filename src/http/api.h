@@ -35,6 +35,9 @@ struct ApiOptions {
   int64_t max_reserve_wait_ms = 60'000;
   JobLimits limits;
   std::string version = kVersion;
+  // Cluster mode: reads the cluster view (GET /v1/cluster); null: not a
+  // cluster node, and the route answers 404.
+  std::function<void(std::function<void(Result<nlohmann::json>)>)> cluster_view = {};
 };
 
 struct RouteSpec {

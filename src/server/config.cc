@@ -13,6 +13,10 @@ namespace {
 // A sync delay longer than this would put more than a second of finished work
 // at the mercy of a power cut.
 constexpr int64_t kMaxSyncDelayMs = 1000;
+// Leases are renewed every third of their length, each renewal a database
+// round trip: shorter than this would renew faster than a slow database
+// answers.
+constexpr int64_t kMinLeaseMs = 300;
 const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warn", "error", "off"};
 bool ValidLogLevel(const std::string& l) {
   return std::find(kLogLevels.begin(), kLogLevels.end(), l) != kLogLevels.end();
@@ -28,6 +32,9 @@ Status LoadToml(const std::string& path, Config& config) {
   }
   static const std::set<std::string> kKnown = {"data-dir",
                                                "store",
+                                               "cluster",
+                                               "node-id",
+                                               "lease-ms",
                                                "beanstalk",
                                                "max-job-size",
                                                "max-connections",
@@ -60,6 +67,14 @@ Status LoadToml(const std::string& path, Config& config) {
     if (!n.is_string()) return type_error("store", "a string");
     config.store = *n.value<std::string>();
   }
+  if (auto n = t["cluster"]; n) {
+    if (!n.is_boolean()) return type_error("cluster", "true or false");
+    config.cluster = *n.value<bool>();
+  }
+  if (auto n = t["node-id"]; n) {
+    if (!n.is_string()) return type_error("node-id", "a string");
+    config.node_id = *n.value<std::string>();
+  }
   if (auto n = t["beanstalk"]; n) {
     config.beanstalk.clear();
     if (n.is_string()) {
@@ -84,6 +99,7 @@ Status LoadToml(const std::string& path, Config& config) {
   if (Status s = integer("max-job-size", config.max_job_size, 0); !s.ok()) return s;
   if (Status s = integer("max-connections", config.max_connections, 1); !s.ok()) return s;
   if (Status s = integer("horizon-ms", config.horizon_ms, 1000); !s.ok()) return s;
+  if (Status s = integer("lease-ms", config.lease_ms, kMinLeaseMs); !s.ok()) return s;
   if (Status s = integer("max-batch", config.max_batch, 1); !s.ok()) return s;
   if (Status s = integer("max-request-bytes", config.max_request_bytes, 1024); !s.ok()) return s;
   if (Status s = integer("done-retention-ms", config.done_retention_ms, 0); !s.ok()) return s;
@@ -156,6 +172,16 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--store", c.store,
                  "Keep jobs in PostgreSQL: a libpq connection string or postgres:// URI "
                  "(password from PGPASSWORD or ~/.pgpass); without it, SQLite in --data-dir");
+  app.add_flag("--cluster", c.cluster,
+               "Share the PostgreSQL of --store with other delayd nodes: any node serves any "
+               "client, shards' clocks move to a live node when one stops (doc/cluster.md)");
+  app.add_option("--node-id", c.node_id,
+                 "This node's name in the cluster (default HOSTNAME:PORT of the first "
+                 "--beanstalk address)");
+  app.add_option("--lease-ms", c.lease_ms,
+                 "Cluster: how long a node owns a shard without renewing; a node that dies is "
+                 "replaced within about this long (default 3000)")
+      ->check(CLI::Range(kMinLeaseMs, int64_t{600'000}));
   app.add_option("--beanstalk", beanstalk,
                  "Serve the beanstalk protocol on HOST:PORT or unix:PATH; repeatable; "
                  "port 0 picks a free port (default 127.0.0.1:11300)");
@@ -249,6 +275,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     auto given = [&](const char* name) { return app.count(name) > 0; };
     if (!given("--data-dir") && !given("-b")) c.data_dir = file.data_dir;
     if (!given("--store")) c.store = file.store;
+    if (!given("--cluster")) c.cluster = file.cluster;
+    if (!given("--node-id")) c.node_id = file.node_id;
+    if (!given("--lease-ms")) c.lease_ms = file.lease_ms;
     if (!given("--max-job-size") && !given("-z")) c.max_job_size = file.max_job_size;
     if (!given("--max-connections")) c.max_connections = file.max_connections;
     if (!given("--horizon-ms")) c.horizon_ms = file.horizon_ms;
@@ -279,6 +308,12 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     }
   }
   if (!binlog_dir.empty()) c.data_dir = binlog_dir;
+  if (c.cluster && c.store.empty()) {
+    std::cerr << "delayd: --cluster needs --store (a PostgreSQL the nodes share)\n";
+    out.exit = true;
+    out.exit_code = 2;
+    return out;
+  }
   if (verbose) c.log_level = "debug";
   return out;
 }

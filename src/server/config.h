@@ -18,6 +18,10 @@ struct Config {
   std::string data_dir = "./data";
   // A PostgreSQL connection string or postgres:// URI; empty: SQLite in data_dir.
   std::string store;
+  // Cluster mode (doc/cluster.md): nodes on one PostgreSQL share its queue.
+  bool cluster = false;
+  std::string node_id;      // empty: "<hostname>:<first beanstalk port>"
+  int64_t lease_ms = 3000;  // a shard's lease; a dead node's shards move within it
   std::vector<std::string> beanstalk = {"127.0.0.1:11300"};
   uint64_t max_job_size = engine::kDefaultMaxJobBytes;
   uint64_t max_connections = 10000;

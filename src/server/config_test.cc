@@ -70,6 +70,22 @@ TEST(ConfigTest, SyncDelayIsBounded) {
   EXPECT_TRUE(Parse({"--sync-delay-ms", "-1"}).exit);
 }
 
+TEST(ConfigTest, ClusterNeedsAStoreAndABoundedLease) {
+  Config d = Parse({}).config;
+  EXPECT_FALSE(d.cluster);
+  EXPECT_EQ(d.lease_ms, 3000);
+  ParsedArgs a =
+      Parse({"--store", "postgres://db/x", "--cluster", "--node-id", "a1", "--lease-ms", "1500"});
+  EXPECT_FALSE(a.exit);
+  EXPECT_TRUE(a.config.cluster);
+  EXPECT_EQ(a.config.node_id, "a1");
+  EXPECT_EQ(a.config.lease_ms, 1500);
+  ParsedArgs no_store = Parse({"--cluster"});
+  EXPECT_TRUE(no_store.exit) << "a cluster of SQLite files cannot share anything";
+  EXPECT_EQ(no_store.exit_code, 2);
+  EXPECT_TRUE(Parse({"--store", "x", "--cluster", "--lease-ms", "299"}).exit);
+}
+
 class TomlTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& text) {
@@ -103,6 +119,20 @@ TEST_F(TomlTest, TheStoreComesFromTheFileUnlessTheFlagGivesIt) {
             "host=other dbname=x");
   Config c;
   EXPECT_FALSE(LoadToml(Write("store = 5\n"), c).ok());
+}
+
+TEST_F(TomlTest, ClusterKeysComeFromTheFile) {
+  std::string p =
+      Write("store = \"postgres://db/x\"\ncluster = true\nnode-id = \"n7\"\nlease-ms = 6000\n");
+  ParsedArgs a = Parse({"--config", p});
+  EXPECT_FALSE(a.exit);
+  EXPECT_TRUE(a.config.cluster);
+  EXPECT_EQ(a.config.node_id, "n7");
+  EXPECT_EQ(a.config.lease_ms, 6000);
+  EXPECT_EQ(Parse({"--config", p, "--node-id", "n8"}).config.node_id, "n8");
+  Config c;
+  EXPECT_FALSE(LoadToml(Write("cluster = \"yes\"\n"), c).ok());
+  EXPECT_FALSE(LoadToml(Write("lease-ms = 10\n"), c).ok());
 }
 
 TEST_F(TomlTest, TargetRulesFromTheFileUnlessFlagsGiveThem) {

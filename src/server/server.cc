@@ -30,6 +30,24 @@ std::string RandomHex16() {
   uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   return fmt::format("{:016x}", v);
 }
+
+std::string HostName() {
+  struct utsname un {};
+  uname(&un);
+  return un.nodename;
+}
+
+// HOSTNAME:PORT of the first beanstalk address; with no fixed port (0, or
+// a Unix socket), HOSTNAME:pid<PID>.
+std::string DefaultNodeId(const std::vector<std::string>& beanstalk) {
+  const std::string first = beanstalk.empty() ? "" : beanstalk.front();
+  const size_t colon = first.rfind(':');
+  if (first.rfind("unix:", 0) == 0 || colon == std::string::npos ||
+      first.substr(colon + 1) == "0") {
+    return fmt::format("{}:pid{}", HostName(), getpid());
+  }
+  return HostName() + first.substr(colon);
+}
 }  // namespace
 
 Server::Server(Config config)
@@ -38,7 +56,9 @@ Server::Server(Config config)
       engine_timer_(io_),
       timers_timer_(io_),
       shutdown_timer_(io_),
-      purge_timer_(io_) {}
+      purge_timer_(io_),
+      cluster_timer_(io_),
+      figures_timer_(io_) {}
 
 Server::~Server() {
   // Everything is flushed by now; a second stop signal (an impatient
@@ -65,6 +85,10 @@ Server::~Server() {
   listener_.reset();
   timers_.reset();  // unsubscribes from the engine, so before it
   engine_.reset();
+  member_.reset();  // without Leave (a failed start): the others see a crash
+  shard_clock_.reset();
+  claimer_.reset();
+  ids_.reset();
   store_.reset();
 }
 
@@ -88,7 +112,8 @@ Status Server::OpenStore() {
   Executor post = [this](std::function<void()> f) { asio::post(io_, std::move(f)); };
   if (!config_.store.empty()) {
     auto store = store::PgStore::Open(
-        {.conninfo = config_.store, .sync_delay_ms = config_.sync_delay_ms}, std::move(post));
+        {.conninfo = config_.store, .sync_delay_ms = config_.sync_delay_ms, .node_id = node_id_},
+        std::move(post));
     if (!store.ok()) return store.status();
     store_ = std::move(store).value();
     return Status::Ok();
@@ -107,6 +132,9 @@ Status Server::OpenStore() {
 
 Status Server::Start() {
   RaiseFileLimit(config_.max_connections);
+  if (config_.cluster) {
+    node_id_ = config_.node_id.empty() ? DefaultNodeId(config_.beanstalk) : config_.node_id;
+  }
   if (Status s = OpenStore(); !s.ok()) return s;
 
   engine::EngineOptions eo;
@@ -114,6 +142,15 @@ Status Server::Start() {
   eo.done_retention_ms = config_.done_retention_ms;
   engine_ =
       std::make_unique<engine::Engine>(*store_, clock_, eo, [this](int64_t at) { ArmTimer(at); });
+  if (store::SharedQueue* q = store_->shared()) {
+    auto wake = [this](int64_t at) { ArmCluster(at); };
+    ids_ = std::make_unique<cluster::IdBlocks>(*q);
+    claimer_ =
+        std::make_unique<cluster::Claimer>(*store_, *q, clock_, cluster::ClaimerOptions{}, wake);
+    shard_clock_ = std::make_unique<cluster::ShardClock>(*store_, *q, clock_,
+                                                         cluster::ShardClockOptions{}, wake);
+    engine_->JoinCluster(*q, *claimer_, *ids_);
+  }
   if (Status s = engine_->Recover(); !s.ok()) return s;
 
   struct utsname un {};
@@ -135,28 +172,36 @@ Status Server::Start() {
                                 nullptr};
   listener_ = std::make_unique<beanstalk::Listener>(io_, std::move(ctx), config_.max_connections);
   std::string addresses;
+  std::string first_beanstalk;
+  std::string http_address;
   for (const std::string& spec : config_.beanstalk) {
     auto ep = beanstalk::ParseEndpoint(spec);
     if (!ep.ok()) return ep.status();
     auto bound = listener_->Listen(ep.value());
     if (!bound.ok()) return bound.status();
     addresses += " beanstalk=" + bound.value();
+    if (first_beanstalk.empty()) first_beanstalk = bound.value();
   }
   auto policy = delivery::TargetPolicy::Make(config_.target_allow, config_.target_deny);
   if (!policy.ok()) return policy.status();
   target_policy_ = std::make_unique<delivery::TargetPolicy>(std::move(*policy));
   http_client_ = std::make_unique<delivery::HttpClient>(
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); }, 1024, *target_policy_);
-  dispatcher_ = std::make_unique<delivery::Dispatcher>(
-      io_, *engine_, *http_client_, clock_,
-      delivery::DispatcherOptions{.max_in_flight = config_.max_deliveries,
-                                  .topic_concurrency = config_.topic_concurrency});
-  dispatcher_->Start();
-  timers_ = std::make_unique<timer::TimerService>(
-      *store_, *engine_, clock_,
-      timer::TimerOptions{.misfire_grace_ms = config_.timer_misfire_grace_ms},
-      [this](int64_t wall_ms) { ArmTimers(wall_ms); });
-  if (Status s = timers_->Start(); !s.ok()) return s;
+  // Cluster mode: push delivery and timers move to the owners of their
+  // shards (doc/cluster.md), not built yet; a node runs neither, so that no
+  // two nodes deliver one job or fire one timer.
+  if (!engine_->clustered()) {
+    dispatcher_ = std::make_unique<delivery::Dispatcher>(
+        io_, *engine_, *http_client_, clock_,
+        delivery::DispatcherOptions{.max_in_flight = config_.max_deliveries,
+                                    .topic_concurrency = config_.topic_concurrency});
+    dispatcher_->Start();
+    timers_ = std::make_unique<timer::TimerService>(
+        *store_, *engine_, clock_,
+        timer::TimerOptions{.misfire_grace_ms = config_.timer_misfire_grace_ms},
+        [this](int64_t wall_ms) { ArmTimers(wall_ms); });
+    if (Status s = timers_->Start(); !s.ok()) return s;
+  }
   if (config_.http != "off") {
     http::ApiOptions ao;
     ao.token = config_.api_token;
@@ -164,6 +209,11 @@ Status Server::Start() {
     ao.limits.max_body_bytes = config_.max_job_size;
     ao.limits.targets = target_policy_.get();
     ao.version = kVersion;
+    if (engine_->clustered()) {
+      ao.cluster_view = [this](std::function<void(Result<nlohmann::json>)> done) {
+        ClusterView(std::move(done));
+      };
+    }
     api_ = std::make_unique<http::Api>(io_, *engine_, clock_, dispatcher_.get(), nullptr,
                                        std::move(ao), timers_.get());
     http::ServerOptions so;
@@ -173,6 +223,11 @@ Status Server::Start() {
     auto bound = http_server_->Listen(config_.http);
     if (!bound.ok()) return bound.status();
     addresses += " http=" + bound.value();
+    http_address = bound.value();
+  }
+  if (engine_->clustered()) {
+    if (Status s = StartCluster(first_beanstalk, http_address); !s.ok()) return s;
+    addresses += " node=" + node_id_;
   }
   SchedulePurge();
   spdlog::info("delayd {} listening{} {}", kVersion, addresses,
@@ -183,15 +238,20 @@ Status Server::Start() {
   return Status::Ok();
 }
 
-void Server::ArmTimer(int64_t steady_us) {
-  if (armed_us_ >= 0 && steady_us >= armed_us_) return;
-  armed_us_ = steady_us;
-  engine_timer_.expires_at(asio::steady_timer::time_point(std::chrono::microseconds(steady_us)));
-  engine_timer_.async_wait([this](boost::system::error_code ec) {
+void Server::ArmAt(asio::steady_timer& timer, int64_t& armed_us, int64_t steady_us,
+                   void (Server::*run)()) {
+  if (armed_us >= 0 && steady_us >= armed_us) return;
+  armed_us = steady_us;
+  timer.expires_at(asio::steady_timer::time_point(std::chrono::microseconds(steady_us)));
+  timer.async_wait([this, &armed_us, run](boost::system::error_code ec) {
     if (ec) return;  // re-armed earlier, or stopping
-    armed_us_ = -1;
-    RunEngine();
+    armed_us = -1;
+    (this->*run)();
   });
+}
+
+void Server::ArmTimer(int64_t steady_us) {
+  ArmAt(engine_timer_, armed_us_, steady_us, &Server::RunEngine);
 }
 
 void Server::RunEngine() {
@@ -240,7 +300,8 @@ void Server::Shutdown() {
   stopping_ = true;
   listener_->StopAccepting();
   if (http_server_) http_server_->StopAccepting();
-  dispatcher_->Stop();
+  if (dispatcher_) dispatcher_->Stop();
+  figures_timer_.cancel();
   purge_timer_.cancel();
   // New puts on open connections now get DRAINING (HTTP: 503); let replies
   // already owed (waiting for the store) go out, for up to 5 seconds. HTTP
@@ -262,10 +323,110 @@ void Server::WaitForQuiet(int attempts_left) {
   listener_->CloseAll();
   if (http_server_) http_server_->CloseAll();
   store_->Close();
+  // The last writes as an owner are answered: the shards go to the other
+  // nodes at their next round, not after the lease runs out.
+  if (member_) {
+    if (Status s = member_->Leave(); !s.ok()) {
+      spdlog::warn("cluster: leaving: {}; the shards move once the lease runs out", s.ToString());
+    }
+  }
   engine_timer_.cancel();
   timers_timer_.cancel();
+  cluster_timer_.cancel();
   signals_.cancel();
   io_.stop();
+}
+
+Status Server::StartCluster(const std::string& beanstalk, const std::string& http) {
+  store::SharedQueue* q = store_->shared();
+  Status s = q->Listen([this](std::vector<store::Notice> notices) {
+    shard_clock_->Hear(notices);
+    claimer_->Hear(notices);
+    engine_->Hear(notices);
+  });
+  if (!s.ok()) return s;
+  auto member = cluster::Member::Start(
+      {.conninfo = config_.store,
+       .node_id = node_id_,
+       .lease_ms = config_.lease_ms,
+       .beanstalk = beanstalk,
+       .http = http},
+      [this](std::function<void()> f) { asio::post(io_, std::move(f)); },
+      [this](std::vector<cluster::Lease> held) { shard_clock_->SetLeases(held); });
+  if (!member.ok()) return member.status();
+  member_ = std::move(member).value();
+  ScheduleFigures();
+  return Status::Ok();
+}
+
+void Server::ArmCluster(int64_t steady_us) {
+  ArmAt(cluster_timer_, cluster_armed_us_, steady_us, &Server::RunCluster);
+}
+
+void Server::RunCluster() {
+  claimer_->Tick();
+  shard_clock_->Tick();
+}
+
+// What each node records with its lease rounds, for the cluster view.
+void Server::ScheduleFigures() {
+  const cluster::ClaimerStats c = claimer_->stats();
+  const cluster::ShardClockStats k = shard_clock_->stats();
+  const engine::EngineStats e = engine_->Stats();
+  nlohmann::json figures = {
+      {"connections", listener_->sessions()},
+      {"waiting", e.waiting},
+      {"held", e.reserved},
+      {"puts", e.total_jobs},
+      {"claims", c.claims},
+      {"granted", c.granted},
+      {"returned", c.returned},
+      {"claim_failures", c.failures},
+      {"shards", k.shards},
+      {"due_held", k.held},
+      {"promoted", k.promoted},
+      {"fencing_refusals", k.fencing_refusals},
+      {"owner_write_errors", k.write_errors},
+  };
+  member_->SetFigures(figures.dump());
+  figures_timer_.expires_after(std::chrono::seconds(1));
+  figures_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || stopping_) return;
+    ScheduleFigures();
+  });
+}
+
+void Server::ClusterView(std::function<void(Result<nlohmann::json>)> done) {
+  member_->View([this, done = std::move(done)](Result<cluster::ClusterView> view) {
+    if (!view.ok()) return done(view.status());
+    nlohmann::json nodes = nlohmann::json::array();
+    for (const cluster::NodeView& n : view->nodes) {
+      nlohmann::json figures =
+          nlohmann::json::parse(n.figures, nullptr, /*allow_exceptions=*/false);
+      nodes.push_back({{"id", n.id},
+                       {"beanstalk", n.beanstalk},
+                       {"http", n.http},
+                       {"started_ms", n.started_ms},
+                       {"last_seen_ms", n.seen_ms},
+                       {"live", n.live},
+                       {"shards_owned", n.shards},
+                       {"figures", figures.is_discarded() ? nlohmann::json(nullptr) : figures}});
+    }
+    nlohmann::json shards = nlohmann::json::array();
+    for (const cluster::ShardView& s : view->shards) {
+      shards.push_back(
+          {{"shard", s.shard},
+           {"owner", s.owner.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.owner)},
+           {"epoch", s.epoch},
+           {"lease_expires_ms", s.expires_ms},
+           {"live", s.live}});
+    }
+    done(nlohmann::json{{"node", node_id_},
+                        {"lease_ms", config_.lease_ms},
+                        {"now_ms", view->now_ms},
+                        {"nodes", std::move(nodes)},
+                        {"shards", std::move(shards)}});
+  });
 }
 
 int Server::Run() {

@@ -7,6 +7,10 @@
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
 
+#include "cluster/claimer.h"
+#include "cluster/id_blocks.h"
+#include "cluster/member.h"
+#include "cluster/shard_clock.h"
 #include "common/clock.h"
 #include "delivery/dispatcher.h"
 #include "delivery/http_client.h"
@@ -35,6 +39,10 @@ class Server {
  private:
   // SQLite in the data dir, or PostgreSQL when --store names one.
   Status OpenStore();
+  // Arms `timer` for `steady_us` unless it is armed earlier (`armed_us`,
+  // -1: not armed); `run` runs when it goes off.
+  void ArmAt(boost::asio::steady_timer& timer, int64_t& armed_us, int64_t steady_us,
+             void (Server::*run)());
   void ArmTimer(int64_t steady_us);
   void ArmTimers(int64_t wall_ms);
   // Makes due jobs ready and hands due push jobs to the HTTP client at once.
@@ -43,6 +51,14 @@ class Server {
   void Shutdown();
   void WaitForQuiet(int attempts_left);
   void SchedulePurge();
+  // Cluster mode: the parts beside the engine, started once the listeners'
+  // addresses are known.
+  Status StartCluster(const std::string& beanstalk, const std::string& http);
+  void ArmCluster(int64_t steady_us);
+  // The claimer's and the shard clock's due work.
+  void RunCluster();
+  void ScheduleFigures();
+  void ClusterView(std::function<void(Result<nlohmann::json>)> done);
 
   Config config_;
   SystemClock clock_;
@@ -64,6 +80,15 @@ class Server {
   std::unique_ptr<http::Api> api_;
   std::unique_ptr<http::Server> http_server_;
   boost::asio::steady_timer purge_timer_;
+  // Cluster mode (--cluster) only.
+  std::string node_id_;
+  std::unique_ptr<cluster::IdBlocks> ids_;
+  std::unique_ptr<cluster::Claimer> claimer_;
+  std::unique_ptr<cluster::ShardClock> shard_clock_;
+  std::unique_ptr<cluster::Member> member_;
+  boost::asio::steady_timer cluster_timer_;
+  int64_t cluster_armed_us_ = -1;
+  boost::asio::steady_timer figures_timer_;
   bool stopping_ = false;
 };
 

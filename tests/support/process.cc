@@ -154,12 +154,24 @@ DelaydServer::~DelaydServer() {
   if (process_.running()) process_.Stop(SIGKILL);
 }
 
+std::unique_ptr<DelaydServer> DelaydServer::Node(const std::string& store_uri,
+                                                 std::vector<std::string> extra) {
+  auto node = std::unique_ptr<DelaydServer>(new DelaydServer());
+  node->data_dir_ = MakeTempDir("delayd-node");
+  node->log_path_ = node->data_dir_ + ".log";
+  node->store_uri_ = store_uri;
+  node->extra_ = {"--cluster"};
+  node->extra_.insert(node->extra_.end(), extra.begin(), extra.end());
+  node->Launch();
+  return node;
+}
+
 void DelaydServer::Launch() {
   std::vector<std::string> argv = {DELAYD_BIN,    "--data-dir", data_dir_,    "--beanstalk",
                                    "127.0.0.1:0", "--http",     "127.0.0.1:0"};
-  if (db_) {
+  if (db_ || !store_uri_.empty()) {
     argv.push_back("--store");
-    argv.push_back(db_->uri());
+    argv.push_back(db_ ? db_->uri() : store_uri_);
   }
   argv.insert(argv.end(), extra_.begin(), extra_.end());
   const size_t log_start = ReadFile(log_path_).size();

@@ -67,6 +67,10 @@ class DelaydServer {
   // its ports.
   explicit DelaydServer(std::string data_dir, std::vector<std::string> extra = {},
                         std::vector<std::string> env = {});
+  // A node of a cluster: delayd as above with `--store store_uri --cluster`
+  // (a database the caller made, shared with the other nodes) plus `extra`.
+  static std::unique_ptr<DelaydServer> Node(const std::string& store_uri,
+                                            std::vector<std::string> extra = {});
   ~DelaydServer();
   void Restart();
   int Kill9();      // crash: SIGKILL
@@ -80,9 +84,11 @@ class DelaydServer {
   std::string log() const { return ReadFile(log_path_); }
 
  private:
+  DelaydServer() = default;
   void Launch();
   std::string data_dir_;
   std::unique_ptr<store::testing::PgTestDb> db_;  // on PostgreSQL
+  std::string store_uri_;                         // a cluster node's (Node)
   std::vector<std::string> extra_;
   std::vector<std::string> env_;
   std::string log_path_;

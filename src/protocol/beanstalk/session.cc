@@ -217,10 +217,6 @@ void Session::Execute(Command& cmd) {
   if (cmd.error == ParseError::kBadFormat) return Reply(reply::kBadFormat);
   if (cmd.error == ParseError::kUnknownCommand) return Reply(reply::kUnknownCommand);
   engine::Engine& e = ctx_.engine;
-  auto job_or_status = [&](std::string_view word, const Result<engine::JobView>& r) {
-    if (r.ok()) return Reply(JobReply(word, r->id, *r->body));
-    Reply(StatusReply(r.status(), ""));
-  };
   auto fill_job = [this](std::string_view word) {
     return FillWith<engine::JobView>(
         [word](const engine::JobView& job) { return JobReply(word, job.id, *job.body); });
@@ -245,11 +241,11 @@ void Session::Execute(Command& cmd) {
     case Op::kPeek:
       return e.Peek(cmd.id, fill_job("FOUND"));
     case Op::kPeekReady:
-      return job_or_status("FOUND", e.PeekReady(client_));
+      return e.PeekReady(client_, fill_job("FOUND"));
     case Op::kPeekDelayed:
       return e.PeekDelayed(client_, fill_job("FOUND"));
     case Op::kPeekBuried:
-      return job_or_status("FOUND", e.PeekBuried(client_));
+      return e.PeekBuried(client_, fill_job("FOUND"));
     case Op::kReserve:
     case Op::kReserveWithTimeout:
     case Op::kReserveJob:
@@ -281,20 +277,22 @@ void Session::Execute(Command& cmd) {
     case Op::kKickJob:
       return e.KickJob(cmd.id, FillOnDone(reply::kKicked));
     case Op::kTouch:
-      return Reply(StatusReply(e.Touch(client_, cmd.id), reply::kTouched));
+      return e.Touch(client_, cmd.id, FillOnDone(reply::kTouched));
     case Op::kStats: {
-      ctx_.counters.store_writes = ctx_.store_writes ? ctx_.store_writes() : 0;
-      return Reply(YamlReply(
-          ServerStatsYaml(e.Stats(), ctx_.counters, ctx_.process, ctx_.clock.SteadyMicros())));
+      return e.Stats(FillWith<engine::EngineStats>([this](const engine::EngineStats& s) {
+        ctx_.counters.store_writes = ctx_.store_writes ? ctx_.store_writes() : 0;
+        return YamlReply(
+            ServerStatsYaml(s, ctx_.counters, ctx_.process, ctx_.clock.SteadyMicros()));
+      }));
     }
     case Op::kStatsJob:
       return e.StatsJob(cmd.id, FillWith<engine::JobStats>([](const engine::JobStats& s) {
                           return YamlReply(JobStatsYaml(s));
                         }));
     case Op::kStatsTube: {
-      auto r = e.StatsTube(cmd.tube);
-      if (!r.ok()) return Reply(StatusReply(r.status(), ""));
-      return Reply(YamlReply(TubeStatsYaml(r.value())));
+      return e.StatsTube(cmd.tube, FillWith<engine::TubeStats>([](const engine::TubeStats& s) {
+                           return YamlReply(TubeStatsYaml(s));
+                         }));
     }
     case Op::kUse:
       e.Use(client_, cmd.tube);
@@ -307,7 +305,8 @@ void Session::Execute(Command& cmd) {
       return Reply(fmt::format("WATCHING {}\r\n", *n));
     }
     case Op::kListTubes:
-      return Reply(YamlReply(TubeListYaml(e.TubeNames())));
+      return e.TubeNames(FillWith<std::vector<std::string>>(
+          [](const std::vector<std::string>& names) { return YamlReply(TubeListYaml(names)); }));
     case Op::kListTubeUsed:
       return Reply(fmt::format("USING {}\r\n", e.UsedTube(client_)));
     case Op::kListTubesWatched:

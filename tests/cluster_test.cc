@@ -1,0 +1,366 @@
+// Cluster mode, black box: three real delayd nodes (--cluster) on one test
+// database of the test PostgreSQL, spoken to over beanstalk and HTTP as
+// clients would, and the database read directly to learn which node owns
+// which shard.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "store/testing/pg_test_db.h"
+#include "support/client.h"
+#include "support/http.h"
+#include "support/pg.h"
+#include "support/process.h"
+
+namespace delayd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(db_.uri().empty()) << db_.error(); }
+
+  DelaydServer& Start(const std::string& id, std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(), {"--node-id", id});
+    nodes_[id] = DelaydServer::Node(db_.uri(), extra);
+    return *nodes_[id];
+  }
+
+  json View(const DelaydServer& via) {
+    HttpReply r = HttpCall(via.http_port(), "GET", "/v1/cluster");
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.json();
+  }
+
+  // Waits until exactly `ids` are live and own every shard between them,
+  // each no more than its fair share plus one; false after `limit`.
+  bool Settled(const DelaydServer& via, const std::set<std::string>& ids,
+               std::chrono::milliseconds limit = 15s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (SettledNow(View(via), ids)) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+  static bool SettledNow(const json& v, const std::set<std::string>& ids) {
+    if (!v.is_object()) return false;
+    std::map<std::string, size_t> owned;
+    for (const json& s : v["shards"]) {
+      if (!s["live"].get<bool>() || s["owner"].is_null()) return false;
+      ++owned[s["owner"].get<std::string>()];
+    }
+    const size_t shards = v["shards"].size();
+    const size_t fair = (shards + ids.size() - 1) / ids.size() + 1;
+    if (owned.size() != ids.size()) return false;
+    for (const auto& [id, n] : owned) {
+      if (!ids.count(id) || n > fair) return false;
+    }
+    return true;
+  }
+
+  // shard -> owner, as the database has it now.
+  std::map<int, std::string> Owners() {
+    std::map<int, std::string> out;
+    for (auto& row : Query(db_.uri(), "SELECT shard, coalesce(owner, '') FROM shard_leases")) {
+      out[std::stoi(row[0])] = row[1];
+    }
+    return out;
+  }
+  int ShardOf(uint64_t id) {
+    auto rows = Query(db_.uri(), "SELECT shard FROM jobs WHERE id=" + std::to_string(id));
+    return rows.empty() ? -1 : std::stoi(rows[0][0]);
+  }
+
+  store::testing::PgTestDb db_;
+  std::map<std::string, std::unique_ptr<DelaydServer>> nodes_;
+};
+
+TEST_F(ClusterTest, JobsPutThroughEveryNodeAreReservedExactlyOnceThroughTheOthers) {
+  const std::vector<std::string> ids = {"n1", "n2", "n3"};
+  for (const auto& id : ids) Start(id);
+  ASSERT_TRUE(Settled(*nodes_["n1"], {ids.begin(), ids.end()})) << View(*nodes_["n1"]).dump();
+  // The view is the same through every node: the database's.
+  json v = View(*nodes_["n3"]);
+  EXPECT_EQ(v["node"], "n3");
+  ASSERT_EQ(v["nodes"].size(), 3u) << v.dump();
+  size_t owned = 0;
+  for (const json& n : v["nodes"]) {
+    EXPECT_TRUE(n["live"].get<bool>()) << n.dump();
+    EXPECT_EQ(n["beanstalk"],
+              "127.0.0.1:" + std::to_string(nodes_[n["id"].get<std::string>()]->port()));
+    owned += n["shards_owned"].get<size_t>();
+  }
+  EXPECT_EQ(owned, v["shards"].size());
+
+  // Each node's consumer watches the tubes the other two nodes put into.
+  constexpr int kPerNode = 150;
+  std::mutex mu;
+  std::map<std::string, std::vector<std::string>> got;  // consumer node -> bodies
+  std::atomic<int> total{0};
+  std::vector<std::thread> consumers;
+  for (const auto& id : ids) {
+    consumers.emplace_back([&, id] {
+      Client c(nodes_[id]->port());
+      for (const auto& other : ids) {
+        if (other != id) {
+          EXPECT_EQ(c.Cmd("watch from-" + other).rfind("WATCHING", 0), 0u);
+        }
+      }
+      EXPECT_EQ(c.Cmd("ignore default"), "WATCHING 2\r\n");
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (total.load() < 3 * kPerNode && std::chrono::steady_clock::now() < deadline) {
+        std::string r = c.Cmd("reserve-with-timeout 1", 5s);
+        if (r.rfind("RESERVED", 0) != 0) {
+          EXPECT_EQ(r, "TIMED_OUT\r\n");
+          continue;
+        }
+        const uint64_t job = Number(r);
+        std::string body = r.substr(r.find("\r\n") + 2);
+        body.resize(body.size() - 2);  // its CRLF
+        EXPECT_EQ(c.Cmd("delete " + std::to_string(job)), "DELETED\r\n");
+        std::lock_guard lock(mu);
+        got[id].push_back(body);
+        ++total;
+      }
+    });
+  }
+  // Producers: every node puts into its own tube, all at once.
+  std::vector<std::thread> producers;
+  for (const auto& id : ids) {
+    producers.emplace_back([&, id] {
+      Client p(nodes_[id]->port());
+      EXPECT_EQ(p.Cmd("use from-" + id), "USING from-" + id + "\r\n");
+      for (int k = 0; k < kPerNode; ++k) p.Put(id + "/" + std::to_string(k));
+    });
+  }
+  for (auto& t : producers) t.join();
+  for (auto& t : consumers) t.join();
+
+  std::map<std::string, int> seen;
+  for (const auto& [consumer, bodies] : got) {
+    for (const std::string& body : bodies) {
+      ++seen[body];
+      EXPECT_NE(body.substr(0, body.find('/')), consumer) << "reserved through its own node";
+    }
+  }
+  EXPECT_EQ(seen.size(), size_t{3 * kPerNode}) << "every job reserved";
+  for (const auto& [body, n] : seen) EXPECT_EQ(n, 1) << body << " reserved more than once";
+  for (const auto& id : ids) EXPECT_FALSE(got[id].empty()) << id << " reserved nothing";
+
+  // The cluster's counts, through any node: nothing left.
+  Client any(nodes_["n2"]->port());
+  std::string stats = any.Cmd("stats");
+  EXPECT_EQ(Field(stats, "current-jobs-ready"), "0");
+  EXPECT_EQ(Field(stats, "current-jobs-reserved"), "0");
+}
+
+TEST_F(ClusterTest, ANodeNotInClusterModeHasNoClusterView) {
+  DelaydServer plain(MakeTempDir("delayd-plain"));
+  HttpReply r = HttpCall(plain.http_port(), "GET", "/v1/cluster");
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_NE(r.body.find("--cluster"), std::string::npos) << r.body;
+}
+
+TEST_F(ClusterTest, DueJobsReachAConsumerOnANodeThatOwnsNoneOfTheirShardsWithinMs) {
+  for (const auto* id : {"n1", "n2", "n3"}) Start(id);
+  ASSERT_TRUE(Settled(*nodes_["n1"], {"n1", "n2", "n3"}));
+  // Delayed jobs submitted through n1, due 2-5 s from now, 150 ms apart;
+  // those whose shard n3 owns are cancelled, so that n3 owns none left.
+  std::vector<uint64_t> jobs;
+  for (int k = 0; k < 20; ++k) {
+    HttpReply r = HttpCall(nodes_["n1"]->http_port(), "POST", "/v1/topics/due/jobs",
+                           json{{"delay", 2000 + 150 * k}, {"body", k}}.dump());
+    ASSERT_EQ(r.status, 201) << r.body;
+    jobs.push_back(r.json()["id"].get<uint64_t>());
+  }
+  const auto owners = Owners();
+  std::map<uint64_t, int64_t> due;  // the jobs n3 owns no shard of -> due ms
+  for (uint64_t id : jobs) {
+    if (owners.at(ShardOf(id)) == "n3") {
+      EXPECT_EQ(
+          HttpCall(nodes_["n2"]->http_port(), "DELETE", "/v1/jobs/" + std::to_string(id)).status,
+          204);
+      continue;
+    }
+    auto rows = Query(db_.uri(), "SELECT due_ms FROM jobs WHERE id=" + std::to_string(id));
+    ASSERT_EQ(rows.size(), 1u);
+    due[id] = std::stoll(rows[0][0]);
+  }
+  ASSERT_GE(due.size(), 5u) << "n3 owns too many of the jobs' shards to measure";
+
+  Client c(nodes_["n3"]->port());
+  c.Cmd("watch due");
+  c.Cmd("ignore default");
+  std::vector<int64_t> lateness;
+  while (lateness.size() < due.size()) {
+    std::string r = c.Cmd("reserve-with-timeout 10", 15s);
+    ASSERT_EQ(r.rfind("RESERVED", 0), 0u) << r;
+    const int64_t at = WallMs();
+    const uint64_t id = Number(r);
+    ASSERT_TRUE(due.count(id)) << "job " << id << " was cancelled or never put";
+    lateness.push_back(at - due[id]);
+    EXPECT_GE(at, due[id]) << "job " << id << " reserved before its due time";
+    EXPECT_EQ(c.Cmd("delete " + std::to_string(id)), "DELETED\r\n");
+  }
+  std::sort(lateness.begin(), lateness.end());
+  std::printf(
+      "due -> reserved on a node owning none of the jobs' shards (%zu jobs): median %lld "
+      "ms, max %lld ms\n",
+      lateness.size(), static_cast<long long>(lateness[lateness.size() / 2]),
+      static_cast<long long>(lateness.back()));
+  // A few ms in a quiet release build; a wake-up by polling (the lease
+  // round, a second) would show here.
+  EXPECT_LT(lateness.back(), 500);
+}
+
+TEST_F(ClusterTest, PeeksStatsKicksAndPausesSeeTheWholeCluster) {
+  for (const auto* id : {"n1", "n2"}) Start(id);
+  ASSERT_TRUE(Settled(*nodes_["n1"], {"n1", "n2"}));
+  Client a(nodes_["n1"]->port());
+  Client b(nodes_["n2"]->port());
+  a.Cmd("use t");
+  b.Cmd("use t");
+  b.Cmd("watch t");
+  b.Cmd("ignore default");
+  const uint64_t ready = a.Put("ready one", 5);
+  const uint64_t delayed = a.Put("delayed one", 5, 3600);
+  const uint64_t later = a.Put("buried one", 7);
+
+  EXPECT_EQ(b.Cmd("peek-ready"), "FOUND " + std::to_string(ready) + " 9\r\nready one\r\n");
+  EXPECT_EQ(b.Cmd("peek-delayed"), "FOUND " + std::to_string(delayed) + " 11\r\ndelayed one\r\n");
+  EXPECT_EQ(b.Cmd("peek " + std::to_string(delayed)),
+            "FOUND " + std::to_string(delayed) + " 11\r\ndelayed one\r\n");
+  // Reserve both ready jobs through n2 and bury the second.
+  EXPECT_EQ(b.Cmd("reserve-with-timeout 0"),
+            "RESERVED " + std::to_string(ready) + " 9\r\nready one\r\n");
+  EXPECT_EQ(b.Cmd("reserve-with-timeout 0").rfind("RESERVED " + std::to_string(later), 0), 0u);
+  EXPECT_EQ(b.Cmd("bury " + std::to_string(later) + " 9"), "BURIED\r\n");
+  EXPECT_EQ(a.Cmd("peek-buried"), "FOUND " + std::to_string(later) + " 10\r\nburied one\r\n");
+
+  // Counts through n1 include n2's reservation.
+  std::string tube = a.Cmd("stats-tube t");
+  EXPECT_EQ(Field(tube, "current-jobs-ready"), "0");
+  EXPECT_EQ(Field(tube, "current-jobs-reserved"), "1");
+  EXPECT_EQ(Field(tube, "current-jobs-delayed"), "1");
+  EXPECT_EQ(Field(tube, "current-jobs-buried"), "1");
+  EXPECT_NE(a.Cmd("list-tubes").find("- t\n"), std::string::npos);
+  std::string job = a.Cmd("stats-job " + std::to_string(ready));
+  EXPECT_EQ(Field(job, "state"), "reserved");
+  // Only its holder may delete a reserved job; another node's client gets
+  // NOT_FOUND, as beanstalkd answers another client.
+  EXPECT_EQ(a.Cmd("delete " + std::to_string(ready)), "NOT_FOUND\r\n");
+  EXPECT_EQ(b.Cmd("delete " + std::to_string(ready)), "DELETED\r\n");
+
+  // Kicks through n1 take the buried job first, then the delayed one.
+  EXPECT_EQ(a.Cmd("kick 10"), "KICKED 1\r\n");
+  EXPECT_EQ(a.Cmd("kick-job " + std::to_string(delayed)), "KICKED\r\n");
+
+  // A pause made through n1 holds n2's consumer back; the resume frees it.
+  EXPECT_EQ(a.Cmd("pause-tube t 3"), "PAUSED\r\n");
+  const auto paused_at = std::chrono::steady_clock::now();
+  b.Send("reserve-with-timeout 10\r\n");
+  const std::string r = b.Reply(15s);
+  const auto waited = std::chrono::steady_clock::now() - paused_at;
+  EXPECT_EQ(r.rfind("RESERVED", 0), 0u) << r;
+  EXPECT_GE(waited, 2500ms) << "reserved while the tube was paused through another node";
+  std::string stats = a.Cmd("stats");
+  EXPECT_EQ(Field(stats, "current-jobs-ready"), "1");
+  EXPECT_EQ(Field(stats, "current-jobs-reserved"), "1");
+  // Push delivery is not in cluster mode yet: refused, nothing kept.
+  HttpReply push =
+      HttpCall(nodes_["n1"]->http_port(), "POST", "/v1/topics/t/jobs",
+               json{{"body", 1}, {"target", {{"url", "http://127.0.0.1:9/x"}}}}.dump());
+  EXPECT_EQ(push.status / 100, 4) << push.body;
+  EXPECT_NE(push.body.find("cluster mode"), std::string::npos) << push.body;
+  json http = HttpCall(nodes_["n1"]->http_port(), "GET", "/v1/stats").json();
+  EXPECT_EQ(http["jobs"]["ready"], 1) << http.dump();
+  EXPECT_EQ(http["jobs"]["reserved"], 1) << http.dump();
+}
+
+TEST_F(ClusterTest, ANodeStoppedWithSigtermHandsItsShardsOverAtOnce) {
+  for (const auto* id : {"n1", "n2", "n3"}) Start(id);
+  ASSERT_TRUE(Settled(*nodes_["n1"], {"n1", "n2", "n3"}));
+  // A job reserved through n3 (ttr 60 s) when it stops goes back to ready
+  // at once, not when its ttr runs out.
+  Client held(nodes_["n3"]->port());
+  const uint64_t job = held.Put("held", 0, 0, 60);
+  ASSERT_EQ(held.Cmd("reserve-with-timeout 0"),
+            "RESERVED " + std::to_string(job) + " 4\r\nheld\r\n");
+  const auto stop = std::chrono::steady_clock::now();
+  EXPECT_EQ(nodes_["n3"]->Terminate(), 0);
+  Client other(nodes_["n1"]->port());
+  EXPECT_EQ(other.Cmd("reserve-with-timeout 5", 10s),
+            "RESERVED " + std::to_string(job) + " 4\r\nheld\r\n");
+  ASSERT_TRUE(Settled(*nodes_["n1"], {"n1", "n2"}, 10s));
+  const auto took = std::chrono::steady_clock::now() - stop;
+  std::printf(
+      "SIGTERM of a node until its shards are owned again: %lld ms (lease 3000 ms)\n",
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  // The next lease round of the others (every lease/3), not the lease.
+  EXPECT_LT(took, 3000ms);
+}
+
+TEST_F(ClusterTest, AKilledOwnersDueJobsFireOnAnotherNodeWithinTheLease) {
+  for (const auto* id : {"n1", "n2", "n3"}) Start(id);
+  ASSERT_TRUE(Settled(*nodes_["n1"], {"n1", "n2", "n3"}));
+  // Jobs due 2 s from now, put through n1, one per shard (ids are spread
+  // over the shards); n3, the owner of a third of them, is killed before
+  // they are due.
+  Client p(nodes_["n1"]->port());
+  p.Cmd("use f");
+  const int shards = static_cast<int>(Owners().size());
+  std::vector<uint64_t> jobs;
+  for (int k = 0; k < shards; ++k) jobs.push_back(p.Put("job " + std::to_string(k), 0, 2));
+  const auto owners = Owners();
+  std::map<uint64_t, int64_t> orphaned;  // due jobs of n3's shards -> due ms
+  for (auto& row : Query(db_.uri(), "SELECT id, shard, due_ms FROM jobs")) {
+    if (owners.at(std::stoi(row[1])) == "n3") orphaned[std::stoull(row[0])] = std::stoll(row[2]);
+  }
+  ASSERT_FALSE(orphaned.empty()) << "n3 owns none of the jobs' shards";
+  const int64_t killed_at = WallMs();
+  nodes_["n3"]->Kill9();
+  Client c(nodes_["n2"]->port());
+  c.Cmd("watch f");
+  c.Cmd("ignore default");
+  int64_t latest = 0;     // the latest orphaned job's lateness
+  int64_t last_fire = 0;  // when the last orphaned job was reserved
+  size_t left = jobs.size();
+  while (left > 0) {
+    std::string r = c.Cmd("reserve-with-timeout 10", 15s);
+    ASSERT_EQ(r.rfind("RESERVED", 0), 0u) << r << " with " << left << " jobs left";
+    const uint64_t id = Number(r);
+    if (orphaned.count(id)) {
+      last_fire = WallMs();
+      latest = std::max(latest, last_fire - orphaned[id]);
+    }
+    EXPECT_EQ(c.Cmd("delete " + std::to_string(id)), "DELETED\r\n");
+    --left;
+  }
+  std::printf(
+      "kill -9 of an owner: its shards' due jobs fired at most %lld ms late, the last "
+      "%lld ms after the kill (%zu jobs, lease 3000 ms)\n",
+      static_cast<long long>(latest), static_cast<long long>(last_fire - killed_at),
+      orphaned.size());
+  EXPECT_LT(latest, 5000) << "failover took longer than the goal";
+}
+
+}  // namespace
+}  // namespace delayd::testing
