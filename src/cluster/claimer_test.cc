@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "cluster/testing/flaky_queue.h"
 #include "cluster/testing/test_node.h"
 #include "store/testing/pg_test_db.h"
 
@@ -168,6 +169,23 @@ TEST_F(ClaimerTest, AJobClaimedForAWaiterThatLeftGoesBackToTheOthers) {
   ASSERT_TRUE(cluster_.Drive([&] { return got.got.size() == 1; }));
   EXPECT_EQ(got.got[0].id, 1u);
   EXPECT_EQ(got.got[0].counters.reserves, 1u);
+}
+
+// A claim that fails (a lost connection) is made again after retry_ms, and
+// the waiter is served.
+TEST_F(ClaimerTest, AFailedClaimIsMadeAgain) {
+  TestNode& a = cluster_.Start("a");
+  testing::FlakyQueue flaky(*a.store, cluster_.inbox().executor());
+  flaky.fail_claims = 1;
+  a.claimer = std::make_unique<Claimer>(
+      *a.store, flaky, cluster_.clock(), ClaimerOptions{.retry_ms = 50},
+      [&a](int64_t us) { a.claimer_wake_us = std::min(a.claimer_wake_us, us); });
+  ASSERT_TRUE(Put(a, Job(1, "t")).ok());
+  Consumers got;
+  WaitOne(a, {"t"}, got);
+  ASSERT_TRUE(cluster_.Drive([&] { return !got.got.empty(); }));
+  EXPECT_EQ(got.got[0].id, 1u);
+  EXPECT_EQ(a.claimer->stats().failures, 1u);
 }
 
 }  // namespace

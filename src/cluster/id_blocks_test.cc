@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "cluster/testing/flaky_queue.h"
 #include "cluster/testing/test_node.h"
 #include "store/testing/pg_test_db.h"
 
@@ -79,6 +80,29 @@ TEST_F(IdBlocksTest, BlocksStartAboveEveryStoredId) {
   });
   ASSERT_TRUE(cluster_.Drive([&] { return ready; }));
   EXPECT_GT(ids.Next(), 50'000u);
+}
+
+// A block that cannot be taken fails the waits for it; the next wait takes
+// one again.
+TEST_F(IdBlocksTest, AFailedTakeFailsItsWaitsAndTheNextWaitTriesAgain) {
+  testing::TestNode& a = cluster_.Start("a");
+  testing::FlakyQueue flaky(*a.store, cluster_.inbox().executor());
+  flaky.fail_takes = 1;
+  IdBlocks ids(flaky, 16);
+  std::vector<Status> answers;
+  ids.Wait(1, [&](const Status& s) { answers.push_back(s); });
+  ids.Wait(2, [&](const Status& s) { answers.push_back(s); });
+  ASSERT_TRUE(cluster_.Drive([&] { return answers.size() == 2; }));
+  EXPECT_EQ(answers[0].code(), StatusCode::kIoError);
+  EXPECT_EQ(answers[1].code(), StatusCode::kIoError);
+  EXPECT_EQ(ids.available(), 0u);
+  bool ready = false;
+  ids.Wait(1, [&](const Status& s) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    ready = true;
+  });
+  ASSERT_TRUE(cluster_.Drive([&] { return ready; }));
+  EXPECT_GT(ids.Next(), 0u);
 }
 
 }  // namespace

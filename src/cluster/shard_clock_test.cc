@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 
+#include "cluster/testing/flaky_queue.h"
 #include "cluster/testing/test_node.h"
 #include "store/postgres/pg_store.h"
 #include "store/testing/inbox.h"
@@ -205,6 +206,26 @@ TEST_F(ShardClockTest, ReloadsHoldEachJobOnceAndALostShardIsDropped) {
   a.clock->SetLeases(keep);
   EXPECT_EQ(a.clock->stats().shards, 4u);
   EXPECT_EQ(a.clock->stats().held, kept);
+}
+
+// A load that fails (a lost connection) is made again, and the jobs it was
+// for become ready all the same.
+TEST_F(ShardClockTest, AFailedLoadIsMadeAgain) {
+  Node& a = Start("a", 60'000, {}, /*with_clock=*/false);
+  testing::FlakyQueue flaky(*a.store, cluster_.inbox().executor());
+  flaky.fail_dues = 2;
+  a.clock = std::make_unique<ShardClock>(
+      *a.store, flaky, cluster_.clock(), ShardClockOptions{.retry_ms = 50},
+      [&a](int64_t us) { a.clock_wake_us = std::min(a.clock_wake_us, us); });
+  ASSERT_TRUE(a.store->Listen([&a](std::vector<store::Notice> ns) { a.clock->Hear(ns); }).ok());
+  const int64_t due = Now() + 200;
+  ASSERT_TRUE(Put(a, Delayed(1, due)).ok());
+  a.Round();
+  ASSERT_TRUE(Drive([&] { return States()[1] == StoredState::kReady; }));
+  EXPECT_GE(Now(), due);
+  EXPECT_EQ(flaky.fail_dues.load(), 0) << "the failures were not met";
+  // Counted once its write's answer is run.
+  EXPECT_TRUE(Drive([&] { return a.clock->stats().promoted == 1; }));
 }
 
 }  // namespace
