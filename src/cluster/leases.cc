@@ -17,9 +17,14 @@ namespace {
 
 // Lease times are PostgreSQL's (now()); `$2::float8 * interval '1 millisecond'` is a
 // length in ms.
+// The rows are locked in shard order, as a batch of fenced writes locks
+// them (PgStore's lock_leases): renewing while this node's writer holds some
+// of them waits for its commit instead of deadlocking with it.
 constexpr const char* kRenew =
-    "UPDATE shard_leases SET expires_at = now() + $2::float8 * interval '1 millisecond' "
-    "WHERE owner = $1 AND expires_at > now() RETURNING shard::int8, epoch";
+    "UPDATE shard_leases l SET expires_at = now() + $2::float8 * interval '1 millisecond' "
+    "FROM (SELECT shard FROM shard_leases WHERE owner = $1 AND expires_at > now() "
+    "      ORDER BY shard FOR NO KEY UPDATE) r "
+    "WHERE l.shard = r.shard RETURNING l.shard::int8, l.epoch";
 constexpr const char* kCount =
     "SELECT (SELECT count(*) FROM nodes "
     "        WHERE seen_at > now() - $1::float8 * interval '1 millisecond'), "

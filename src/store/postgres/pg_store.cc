@@ -142,16 +142,17 @@ std::vector<Statement> Statements() {
       // at $2 is left out: a pause committed through any node holds every
       // claim made after it.
       {"claim",
-       fmt::format("UPDATE jobs j SET state=4, ver=j.ver+1, reserved_by=$1, "
-                   "deadline_ms=$2+j.ttr_ms, reserves=j.reserves+1 "
-                   "FROM (SELECT c.shard, c.id FROM unnest($3::text[]) AS t(name) "
-                   "CROSS JOIN LATERAL (SELECT shard, id, pri FROM jobs WHERE state=0 AND "
-                   "tube=t.name AND ($5::int8[] IS NULL OR shard=ANY($5)) AND NOT EXISTS (SELECT 1 FROM "
-                   "tubes p WHERE p.name=t.name AND p.unpause_ms>$2) ORDER BY pri, id "
-                   "LIMIT $4 FOR UPDATE SKIP LOCKED) c "
-                   "ORDER BY c.pri, c.id LIMIT $4) w "
-                   "WHERE j.shard=w.shard AND j.id=w.id RETURNING {}",
-                   Qualified(kJobColumns, "j")),
+       fmt::format(
+           "UPDATE jobs j SET state=4, ver=j.ver+1, reserved_by=$1, "
+           "deadline_ms=$2+j.ttr_ms, reserves=j.reserves+1 "
+           "FROM (SELECT c.shard, c.id FROM unnest($3::text[]) AS t(name) "
+           "CROSS JOIN LATERAL (SELECT shard, id, pri FROM jobs WHERE state=0 AND "
+           "tube=t.name AND ($5::int8[] IS NULL OR shard=ANY($5)) AND NOT EXISTS (SELECT 1 FROM "
+           "tubes p WHERE p.name=t.name AND p.unpause_ms>$2) ORDER BY pri, id "
+           "LIMIT $4 FOR UPDATE SKIP LOCKED) c "
+           "ORDER BY c.pri, c.id LIMIT $4) w "
+           "WHERE j.shard=w.shard AND j.id=w.id RETURNING {}",
+           Qualified(kJobColumns, "j")),
        {kText, kInt8, pg::kTextArray, kInt8, pg::kInt8Array}},
       // An owner's load (DueQuery), on jobs_due: the window of every shard
       // is scanned once for all the shards asked for.
@@ -230,6 +231,12 @@ std::vector<Statement> Statements() {
        "value=meta.value+1 RETURNING coalesce((SELECT value FROM meta WHERE key=$2), 0)",
        {kText, kText}},
       {"get", Select(kJobColumns, "FROM jobs WHERE id=$1"), {kInt8}},
+      // The lease rows a batch's fenced writes will lock, locked first and
+      // in shard order, as a lease round locks its own (cluster/leases.cc):
+      // two transactions that lock rows in one order never deadlock.
+      {"lock_leases",
+       "SELECT shard FROM shard_leases WHERE shard=ANY($1) ORDER BY shard FOR SHARE",
+       {pg::kInt8Array}},
       {"best_ready",
        Select(kJobColumns, "FROM jobs WHERE state=0 AND tube=$1 ORDER BY pri, id LIMIT 1"),
        {kText}},
@@ -420,12 +427,16 @@ Result<std::optional<T>> First(Result<std::vector<T>> rows) {
 // broke; each change of state is logged once.
 class PgStore::Link {
  public:
-  // The server shows the connection as application "delayd-<role>".
-  Link(std::string conninfo, const char* role, bool pipelined)
+  // The server shows the connection as application "delayd-<role>". A
+  // pipelined link (the writer) sends batches without waiting for each
+  // statement. Its commits, and those of a link without `durable_commits`,
+  // are acknowledged once the server has them, not once on disk.
+  Link(std::string conninfo, const char* role, bool pipelined, bool durable_commits)
       : conninfo_(std::move(conninfo)),
         role_(role),
         name_(std::string("delayd-") + role),
-        pipelined_(pipelined) {}
+        pipelined_(pipelined),
+        durable_commits_(durable_commits) {}
 
   // The connection, connected and prepared, or why it is not.
   Result<PgConn*> Get() {
@@ -460,8 +471,8 @@ class PgStore::Link {
     if (!c.ok()) return c.status();
     // The writer's commits are acknowledged once the server has them; the
     // syncer's commit makes them durable (store/commit_queue.h).
-    Status s =
-        (*c)->Exec(pipelined_ ? "SET synchronous_commit = off" : "SET synchronous_commit = on");
+    Status s = (*c)->Exec(durable_commits_ ? "SET synchronous_commit = on"
+                                           : "SET synchronous_commit = off");
     for (const Statement& st : Statements()) {
       if (!s.ok()) break;
       s = (*c)->Prepare(st.name, st.sql, st.types);
@@ -476,6 +487,7 @@ class PgStore::Link {
   const char* const role_;
   const std::string name_;
   const bool pipelined_;
+  const bool durable_commits_;
   std::unique_ptr<PgConn> conn_;
   bool down_ = false;
   std::chrono::milliseconds backoff_{};
@@ -588,7 +600,8 @@ thread_local const void* current_lane = nullptr;
 
 class PgStore::Lane {
  public:
-  Lane(const std::string& conninfo, const char* role) : link_(conninfo, role, false) {}
+  Lane(const std::string& conninfo, const char* role, bool durable_commits)
+      : link_(conninfo, role, false, durable_commits) {}
   ~Lane() { Stop(); }
 
   Link& link() { return link_; }
@@ -675,10 +688,14 @@ class PgStore::Lane {
 
 PgStore::PgStore(PgOptions options, Executor executor)
     : options_(std::move(options)),
-      writer_(std::make_unique<Link>(options_.conninfo, "writer", true)),
-      syncer_(std::make_unique<Link>(options_.conninfo, "syncer", false)),
-      reads_(std::make_unique<Lane>(options_.conninfo, "reader")),
-      claims_(std::make_unique<Lane>(options_.conninfo, "claimer")),
+      writer_(std::make_unique<Link>(options_.conninfo, "writer", true, false)),
+      syncer_(std::make_unique<Link>(options_.conninfo, "syncer", false, true)),
+      reads_(std::make_unique<Lane>(options_.conninfo, "reader", true)),
+      // A claim lost to a crash of PostgreSQL leaves its jobs ready, to be
+      // delivered again (at-least-once), so claims do not wait for the
+      // disk; id blocks must not be handed out twice, and are taken on
+      // the reader lane, whose commits are durable.
+      claims_(std::make_unique<Lane>(options_.conninfo, "claimer", false)),
       executor_(executor),
       seq_key_(options_.node_id.empty() ? "commit_seq" : "commit_seq:" + options_.node_id),
       syncs_key_(options_.node_id.empty() ? "syncs" : "syncs:" + options_.node_id),
@@ -929,6 +946,26 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   };
 
   b.Sql("BEGIN");
+  if (announce) {
+    std::set<int> fenced;
+    for (auto& p : batch) {
+      p.ForEach([&](const Mutation& m) {
+        std::visit(
+            Overloaded{[&](const change::PromoteDue& x) { fenced.insert(x.fence.shard); },
+                       [&](const change::RequeueExpired& x) { fenced.insert(x.fence.shard); },
+                       [&](const change::AdvanceTimer& x) {
+                         if (x.fence) fenced.insert(x.fence->shard);
+                       },
+                       [](const auto&) {}},
+            m.change);
+      });
+    }
+    if (!fenced.empty()) {
+      ArrayParam shards(kInt8);
+      for (int shard : fenced) shards.Int(shard);
+      b.Send("lock_leases", Params().Array(shards));
+    }
+  }
   Status s;
   for (auto& p : batch) {
     if (p.CheckedInOneStatement()) {
@@ -1261,7 +1298,7 @@ void PgStore::Due(DueQuery q, std::function<void(Result<std::vector<DueEntry>>)>
 
 void PgStore::TakeIds(uint64_t n, std::function<void(Result<uint64_t>)> done) {
   Answer<uint64_t>(
-      *claims_,
+      *reads_,
       [n](PgConn& c) -> Result<uint64_t> {
         auto r = c.Run("take_ids", Params().Int(static_cast<int64_t>(n)));
         if (!r.ok()) return r.status();

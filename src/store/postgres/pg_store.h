@@ -16,8 +16,12 @@
 //     PostgreSQL; a synchronous read from another thread (recovery at start,
 //     tests) is queued too, and waited for.
 // In cluster mode (PgOptions::node_id set; doc/cluster.md) the store is also
-// the SharedQueue: claims and id blocks run on a claim lane of their own (a
-// claim never waits behind a long read), a listener connection hears the
+// the SharedQueue: claims run on a claim lane of their own (a claim never
+// waits behind a long read), committed without waiting for the disk (a
+// claim lost to a crash of PostgreSQL only leaves its jobs ready, to be
+// delivered again); id blocks are taken on the reader lane, whose commits
+// are durable, so that no block is handed out twice. A listener connection
+// hears the
 // notices, and the writer sends them: every batch announces the tubes it
 // made jobs ready in, the delayed jobs it wrote that fall due within
 // due_notice_ms (for their shards' owners), and the tubes it paused,
@@ -128,7 +132,7 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   std::unique_ptr<Link> writer_;  // writer thread only (and Open before it starts)
   std::unique_ptr<Link> syncer_;  // syncer thread only
   std::unique_ptr<Lane> reads_;   // every read
-  std::unique_ptr<Lane> claims_;  // claims and id blocks (cluster mode)
+  std::unique_ptr<Lane> claims_;  // claims (cluster mode)
   Executor executor_;             // where reads aside, claims and notices answer
   // The meta rows of the writer's commit number and of the syncer's
   // commits: this node's own, so that nodes never wait for each other's.
