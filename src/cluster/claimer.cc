@@ -14,12 +14,53 @@ Claimer::Claimer(store::Store& store, store::SharedQueue& queue, const Clock& cl
                  ClaimerOptions options, WakeFn wake)
     : store_(store), queue_(queue), clock_(clock), options_(options), wake_(std::move(wake)) {}
 
-Claimer::WaiterId Claimer::Wait(std::vector<std::string> tubes, Granted granted) {
+std::string Claimer::KeyOf(std::vector<std::string>& tubes) {
   std::sort(tubes.begin(), tubes.end());
   tubes.erase(std::unique(tubes.begin(), tubes.end()), tubes.end());
   // Tube names hold no NUL.
   std::string key;
   for (const std::string& t : tubes) key.append(t).push_back('\0');
+  return key;
+}
+
+std::optional<JobRecord> Claimer::Spare(const std::string& key) {
+  auto it = groups_.find(key);
+  if (it == groups_.end() || it->second.spares.empty()) return std::nullopt;
+  Group& g = it->second;
+  JobRecord j = std::move(g.spares.front().first);
+  g.spares.pop_front();
+  g.served_us = clock_.SteadyMicros();
+  ++stats_.granted;
+  // Running low while consumers keep coming: claim ahead again.
+  if (g.spares.size() * 2 < options_.prefetch && !g.claiming && !g.drained && g.retry_at_us == 0) {
+    Claim(key);
+  }
+  MaybeErase(key);
+  return j;
+}
+
+std::optional<JobRecord> Claimer::TakeSpare(std::vector<std::string> tubes) {
+  return Spare(KeyOf(tubes));
+}
+
+bool Claimer::Busy(const Group& g) const {
+  return g.served_us != 0 && clock_.SteadyMicros() - g.served_us < options_.spare_ms * 1000;
+}
+
+void Claimer::MaybeErase(const std::string& key) {
+  auto it = groups_.find(key);
+  if (it != groups_.end() && it->second.waiters.empty() && it->second.spares.empty() &&
+      !it->second.claiming) {
+    groups_.erase(it);
+  }
+}
+
+Claimer::WaiterId Claimer::Wait(std::vector<std::string> tubes, Granted granted) {
+  const std::string key = KeyOf(tubes);
+  if (auto spare = Spare(key)) {
+    granted(std::move(*spare));
+    return 0;
+  }
   const WaiterId id = next_id_++;
   Group& g = groups_[key];
   if (g.tubes.empty()) g.tubes = std::move(tubes);
@@ -40,7 +81,7 @@ void Claimer::Cancel(WaiterId id) {
   waiters_.erase(w);
   Group& g = groups_.at(key);
   g.waiters.erase(std::find(g.waiters.begin(), g.waiters.end(), id));
-  if (g.waiters.empty() && !g.claiming) groups_.erase(key);
+  MaybeErase(key);
 }
 
 void Claimer::Hear(const std::vector<Notice>& notices) {
@@ -50,6 +91,7 @@ void Claimer::Hear(const std::vector<Notice>& notices) {
     const bool all = n.kind == Notice::Kind::kListening;
     for (auto& [key, g] : groups_) {
       if (!all && !std::binary_search(g.tubes.begin(), g.tubes.end(), n.tube)) continue;
+      g.drained = false;
       if (g.claiming) {
         g.again = true;
       } else if (!g.waiters.empty()) {
@@ -64,9 +106,17 @@ void Claimer::Tick() {
   armed_us_ = INT64_MAX;
   const int64_t now = clock_.SteadyMicros();
   std::vector<std::string> due;
+  std::vector<std::string> idle;
   for (auto& [key, g] : groups_) {
     if (g.retry_at_us != 0 && g.retry_at_us <= now) due.push_back(key);
+    // Claimed ahead and not taken in time: back to ready for everyone.
+    while (!g.spares.empty() && g.spares.front().second + options_.spare_ms * 1000 <= now) {
+      Return(std::move(g.spares.front().first));
+      g.spares.pop_front();
+    }
+    if (g.spares.empty() && g.waiters.empty() && !g.claiming) idle.push_back(key);
   }
+  for (const std::string& key : idle) groups_.erase(key);
   for (const std::string& key : due) {
     Group& g = groups_.at(key);
     g.retry_at_us = 0;
@@ -78,6 +128,7 @@ void Claimer::Tick() {
 ClaimerStats Claimer::stats() const {
   ClaimerStats out = stats_;
   out.waiters = waiters_.size();
+  for (const auto& [key, g] : groups_) out.spares += g.spares.size();
   return out;
 }
 
@@ -88,7 +139,9 @@ void Claimer::Claim(const std::string& key) {
   ++stats_.claims;
   store::ClaimQuery q;
   q.tubes = g.tubes;
-  q.limit = g.asked = std::min(g.waiters.size(), options_.max_per_claim);
+  size_t want = g.waiters.size();
+  if (Busy(g) && g.spares.size() < options_.prefetch) want += options_.prefetch - g.spares.size();
+  q.limit = g.asked = std::min(want, options_.max_per_claim);
   q.now_ms = clock_.WallMillis();
   queue_.Claim(std::move(q),
                [this, key](Result<std::vector<JobRecord>> r) { OnClaimed(key, std::move(r)); });
@@ -104,11 +157,14 @@ void Claimer::OnClaimed(const std::string& key, Result<std::vector<JobRecord>> r
     g.retry_at_us = clock_.SteadyMicros() + options_.retry_ms * 1000;
   } else {
     got = r->size();
+    g.drained = got < g.asked;
     // Still claiming while granting: a grant may wait or cancel again,
-    // which must not remove this group.
+    // which must not remove this group. What no waiter takes now is kept
+    // for the next ones, for spare_ms.
+    const int64_t now = clock_.SteadyMicros();
     for (JobRecord& j : *r) {
       if (g.waiters.empty()) {
-        Return(std::move(j));
+        g.spares.emplace_back(std::move(j), now);
         continue;
       }
       const WaiterId id = g.waiters.front();
@@ -117,13 +173,14 @@ void Claimer::OnClaimed(const std::string& key, Result<std::vector<JobRecord>> r
       Granted granted = std::move(w->second.second);
       waiters_.erase(w);
       ++stats_.granted;
+      g.served_us = now;
       granted(std::move(j));
     }
   }
   g.claiming = false;
   const bool more = r.ok() && (g.again || got == g.asked);
   if (g.waiters.empty()) {
-    groups_.erase(key);
+    MaybeErase(key);
   } else if (more && g.retry_at_us == 0) {
     // A notice came meanwhile, a waiter came, or the claim was full and
     // may have left more behind.
@@ -153,6 +210,8 @@ void Claimer::Arm() {
   int64_t next = INT64_MAX;
   for (const auto& [key, g] : groups_) {
     if (g.retry_at_us != 0) next = std::min(next, g.retry_at_us);
+    if (!g.spares.empty())
+      next = std::min(next, g.spares.front().second + options_.spare_ms * 1000);
   }
   if (next < armed_us_) {
     armed_us_ = next;

@@ -17,6 +17,15 @@
 // that stopped waiting meanwhile goes back to ready at once, its
 // reservation uncounted, guarded by the version the claim gave it.
 //
+// Claiming ahead: a beanstalk connection has one reserve waiting at a time,
+// so consumers that reserve, delete and reserve again would each cost a
+// claim round trip. While a group's waiters keep coming back (one was
+// served within spare_ms), its claims take up to `prefetch` jobs more than
+// it has waiters; the next waiters get those at once. A job claimed ahead
+// and not handed out within spare_ms goes back to ready. Its reservation's
+// deadline counts from the claim, so it runs out up to spare_ms before the
+// holder's own count does: well within the owners' sweep grace.
+//
 // Threading: not thread-safe; every call, and every callback, runs on the
 // thread that owns it (the server's event loop).
 #pragma once
@@ -25,6 +34,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +48,8 @@ namespace delayd::cluster {
 struct ClaimerOptions {
   size_t max_per_claim = 64;  // jobs per claim at most
   int64_t retry_ms = 200;     // after a failed claim
+  size_t prefetch = 16;       // jobs claimed ahead per busy group, at most
+  int64_t spare_ms = 100;     // how long a job claimed ahead waits for a waiter
 };
 
 struct ClaimerStats {
@@ -45,6 +57,7 @@ struct ClaimerStats {
   uint64_t claims = 0;    // claims made
   uint64_t granted = 0;   // jobs handed to waiters
   uint64_t returned = 0;  // jobs claimed for nobody and put back
+  size_t spares = 0;      // jobs claimed ahead, not yet handed out
   uint64_t failures = 0;  // claims that failed, made again
 };
 
@@ -61,8 +74,13 @@ class Claimer {
   Claimer& operator=(const Claimer&) = delete;
 
   // Waits for a ready job of `tubes`, each claimed with a ttr deadline from
-  // the claim's time. `granted` runs once, unless Cancel comes first.
+  // the claim's time. `granted` runs once, unless Cancel comes first; with a
+  // job claimed ahead at hand it runs before Wait returns, and Wait returns
+  // 0 (no waiter to cancel).
   WaiterId Wait(std::vector<std::string> tubes, Granted granted);
+  // A job of `tubes` claimed ahead, if one is at hand (a reserve that will
+  // not wait looks here before claiming).
+  std::optional<store::JobRecord> TakeSpare(std::vector<std::string> tubes);
   // Stops waiting; a job claimed for it later goes back to ready.
   void Cancel(WaiterId id);
   void Hear(const std::vector<store::Notice>& notices);
@@ -82,7 +100,19 @@ class Claimer {
     size_t asked = 0;         // jobs the claim in flight asked for
     bool again = false;       // a notice or a waiter came while claiming
     int64_t retry_at_us = 0;  // steady; 0: no retry pending
+    // Jobs claimed ahead, oldest first, with when they were claimed (steady).
+    std::deque<std::pair<store::JobRecord, int64_t>> spares;
+    int64_t served_us = 0;  // steady: when a waiter was last served
+    bool drained = false;   // the last claim found fewer jobs than it asked for
   };
+
+  // The group key of `tubes` (sorted, distinct on return).
+  static std::string KeyOf(std::vector<std::string>& tubes);
+  // Takes `g`'s oldest spare, if any.
+  std::optional<store::JobRecord> Spare(const std::string& key);
+  // Whether `g` is busy enough to claim ahead for.
+  bool Busy(const Group& g) const;
+  void MaybeErase(const std::string& key);
 
   void Claim(const std::string& key);
   void OnClaimed(const std::string& key, Result<std::vector<store::JobRecord>> r);

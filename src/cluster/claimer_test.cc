@@ -188,5 +188,34 @@ TEST_F(ClaimerTest, AFailedClaimIsMadeAgain) {
   EXPECT_EQ(a.claimer->stats().failures, 1u);
 }
 
+// A consumer that waits again as soon as it is served is served from jobs
+// claimed ahead, not by a claim each; once it stops, what was claimed ahead
+// goes back to ready and another node's consumer gets it.
+TEST_F(ClaimerTest, BusyConsumersGetJobsClaimedAheadAndUnusedOnesGoBack) {
+  TestNode& a = Start("a");
+  TestNode& b = Start("b");
+  for (uint64_t id = 1; id <= 60; ++id) ASSERT_TRUE(Put(a, Job(id, "t")).ok());
+  std::vector<JobRecord> got;
+  std::function<void()> next = [&] {
+    if (got.size() >= 40) return;
+    a.claimer->Wait({"t"}, [&](JobRecord j) {
+      got.push_back(std::move(j));
+      next();
+    });
+  };
+  next();
+  ASSERT_TRUE(cluster_.Drive([&] { return got.size() == 40; })) << got.size();
+  EXPECT_LT(a.claimer->stats().claims, 20u) << "a claim per job";
+  Consumers rest;
+  Consume(b, {"t"}, 1, rest);
+  ASSERT_TRUE(cluster_.Drive([&] { return rest.got.size() == 20; })) << rest.got.size();
+  EXPECT_GT(a.claimer->stats().returned, 0u);
+  EXPECT_TRUE(cluster_.Drive([&] { return a.claimer->stats().spares == 0; }));
+  std::set<uint64_t> ids;
+  for (const JobRecord& j : got) ids.insert(j.id);
+  for (const JobRecord& j : rest.got) ids.insert(j.id);
+  EXPECT_EQ(ids.size(), 60u) << "a job granted twice";
+}
+
 }  // namespace
 }  // namespace delayd::cluster

@@ -89,6 +89,7 @@ void Engine::Claim(Client* c) {
   c->claim = 0;
   std::vector<std::string> tubes = ClaimTubes(c);
   if (tubes.empty()) return;  // every tube paused: claims start when one resumes
+  // A job claimed ahead is granted before Wait returns, which then returns 0.
   c->claim = claimer_->Wait(std::move(tubes), [this, c](JobRecord r) {
     c->claim = 0;
     Adopt(c, std::move(r));
@@ -121,6 +122,7 @@ void Engine::ReserveShared(Client* c, int64_t timeout_ms) {
   };
   std::vector<std::string> tubes = ClaimTubes(c);
   if (tubes.empty()) return none();
+  if (auto spare = claimer_->TakeSpare(tubes)) return Adopt(c, std::move(*spare));
   Pin(c);
   shared_->Claim({std::move(tubes), 1, clock_.WallMillis()},
                  [this, c, none](Result<std::vector<JobRecord>> r) {
