@@ -2,6 +2,10 @@
 // (delayd or beanstalkd), used by bench/run. It talks only to 127.0.0.1 and
 // stops by itself after a fixed number of jobs or a deadline.
 //
+// --port takes a comma-separated list (the nodes of a delayd cluster) for put,
+// drain and lateness: connection i goes to port i mod n, and the lateness
+// producer to the first.
+//
 //   beanstalk_load put      --port P [--conns 4] [--jobs N] [--pipeline 100] [--size 64]
 //                           [--delay-min S] [--delay-max S]
 //   beanstalk_load drain    --port P [--conns 4] [--jobs N] [--pipeline 100]
@@ -116,6 +120,16 @@ int64_t Get(const std::map<std::string, std::string>& f, const std::string& k, i
   return it == f.end() ? def : std::stoll(it->second);
 }
 
+// The ports of --port: "P" or "P1,P2,...".
+std::vector<int> Ports(const std::map<std::string, std::string>& f) {
+  std::vector<int> out;
+  auto it = f.find("port");
+  std::istringstream in(it == f.end() ? "11300" : it->second);
+  for (std::string p; std::getline(in, p, ',');) out.push_back(std::stoi(p));
+  if (out.empty()) throw std::runtime_error("--port names no port");
+  return out;
+}
+
 // Server CPU seconds (user + system) from /proc/PID/stat.
 double CpuSeconds(int64_t pid) {
   if (pid <= 0) return 0;
@@ -146,7 +160,7 @@ long RssKib(int64_t pid) {
 template <typename Batch>
 int OnConnections(const char* name, const std::map<std::string, std::string>& f,
                   int64_t default_jobs, Batch batch) {
-  const int port = static_cast<int>(Get(f, "port", 11300));
+  const std::vector<int> ports = Ports(f);
   const int conns = static_cast<int>(Get(f, "conns", 4));
   const int64_t jobs = Get(f, "jobs", default_jobs);
   const int pipeline = static_cast<int>(Get(f, "pipeline", 100));
@@ -157,7 +171,7 @@ int OnConnections(const char* name, const std::map<std::string, std::string>& f,
   for (int c = 0; c < conns; ++c) {
     threads.emplace_back([&, c] {
       try {
-        Conn conn(port);
+        Conn conn(ports[static_cast<size_t>(c) % ports.size()]);
         std::mt19937_64 rng(static_cast<uint64_t>(c) + 1);
         for (int64_t mine = jobs / conns + (c < jobs % conns ? 1 : 0); mine > 0;) {
           const int n = static_cast<int>(std::min<int64_t>(pipeline, mine));
@@ -244,7 +258,7 @@ int Drain(const std::map<std::string, std::string>& f) {
 // consumer works as most beanstalk clients do: reserve, then delete, one
 // command at a time, so every delete's reply is on the path of the next job.
 int Lateness(const std::map<std::string, std::string>& f) {
-  const int port = static_cast<int>(Get(f, "port", 11300));
+  const std::vector<int> ports = Ports(f);
   const int64_t jobs = Get(f, "jobs", 100'000);
   const int spread = static_cast<int>(Get(f, "spread", 10));
   const int consumers = static_cast<int>(Get(f, "consumers", 4));
@@ -262,9 +276,9 @@ int Lateness(const std::map<std::string, std::string>& f) {
 
   std::vector<std::thread> threads;
   for (int c = 0; c < consumers; ++c) {
-    threads.emplace_back([&] {
+    threads.emplace_back([&, c] {
       try {
-        Conn conn(port);
+        Conn conn(ports[static_cast<size_t>(c) % ports.size()]);
         std::string many;
         for (int i = 0; i < in_flight; ++i) many += "reserve-with-timeout 30\r\n";
         conn.Send(many);
@@ -296,7 +310,7 @@ int Lateness(const std::map<std::string, std::string>& f) {
   }
   threads.emplace_back([&] {
     try {
-      Conn conn(port);
+      Conn conn(ports.front());
       constexpr int kWindow = 20;
       for (int64_t i = 0; i < jobs; i += kWindow) {
         std::string batch;

@@ -2,6 +2,9 @@
 //
 //   node bench.mjs insert   URI [jobs=100000]        batched inserts (1,000 a call), delayed 1 h
 //   node bench.mjs send     URI [jobs=20000]         single sends, 64 in flight, delayed 1 h
+//   node bench.mjs drain    URI [jobs=50000]         ready jobs (inserted first, not timed) taken
+//                                                    and completed by 4 lanes, 64 a fetch, as
+//                                                    beanstalk_load drain reserves and deletes
 //   node bench.mjs lateness URI [jobs=20000] [spread_s=10]
 //                                                    jobs due over spread_s, worked by 4 workers
 //                                                    at pg-boss's fastest polling (0.5 s), 1,000
@@ -13,7 +16,7 @@ import { PgBoss } from 'pg-boss';
 
 const [mode, uri, a1, a2] = process.argv.slice(2);
 if (!mode || !uri) {
-  console.error('usage: node bench.mjs insert|send|lateness URI [jobs] [spread_s]');
+  console.error('usage: node bench.mjs insert|send|drain|lateness URI [jobs] [spread_s]');
   process.exit(2);
 }
 const queue = `bench_${mode}_${process.pid}`;
@@ -52,6 +55,27 @@ async function send(jobs) {
   console.log(`send jobs=${jobs} in_flight=64 seconds=${s.toFixed(3)} rate=${Math.round(jobs / s)}`);
 }
 
+async function drain(jobs) {
+  for (let i = 0; i < jobs; i += 1000) {
+    const batch = [];
+    for (let j = i; j < Math.min(jobs, i + 1000); ++j) batch.push({ data: { i: j } });
+    await boss.insert(queue, batch);
+  }
+  const start = now();
+  let done = 0;
+  const lane = async () => {
+    while (done < jobs) {
+      const got = await boss.fetch(queue, { batchSize: 64 });
+      if (!got || got.length === 0) break;
+      await boss.complete(queue, got.map((j) => j.id));
+      done += got.length;
+    }
+  };
+  await Promise.all(Array.from({ length: 4 }, lane));
+  const s = (now() - start) / 1000;
+  console.log(`drain jobs=${done} lanes=4 batch=64 seconds=${s.toFixed(3)} rate=${Math.round(done / s)}`);
+}
+
 async function lateness(jobs, spread) {
   // Due times spread evenly over `spread` seconds, starting 3 s from now so
   // that the inserts are done before the first is due.
@@ -88,6 +112,7 @@ async function lateness(jobs, spread) {
 try {
   if (mode === 'insert') await insert(Number(a1 ?? 100000));
   else if (mode === 'send') await send(Number(a1 ?? 20000));
+  else if (mode === 'drain') await drain(Number(a1 ?? 50000));
   else if (mode === 'lateness') await lateness(Number(a1 ?? 20000), Number(a2 ?? 10));
   else throw new Error(`unknown mode ${mode}`);
 } finally {
