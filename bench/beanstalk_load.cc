@@ -265,9 +265,12 @@ int Lateness(const std::map<std::string, std::string>& f) {
   const int64_t pid = Get(f, "pid", 0);
   const bool serial = Get(f, "serial", 0) != 0;
   const int in_flight = serial ? 1 : 16;  // reserves kept pending per consumer
+  // LATENESS_DEBUG=MS prints each job later than MS, with when it came.
+  const double debug_ms =
+      std::getenv("LATENESS_DEBUG") ? std::atof(std::getenv("LATENESS_DEBUG")) : 0;
 
   std::mutex mu;
-  std::vector<double> late_ms;
+  std::vector<double> late_ms, delete_ms;
   late_ms.reserve(static_cast<size_t>(jobs));
   std::atomic<int64_t> received{0};
   std::atomic<bool> failed{false};
@@ -282,7 +285,7 @@ int Lateness(const std::map<std::string, std::string>& f) {
         std::string many;
         for (int i = 0; i < in_flight; ++i) many += "reserve-with-timeout 30\r\n";
         conn.Send(many);
-        std::vector<double> local;
+        std::vector<double> local, local_delete;
         while (received < jobs) {
           std::string body;
           std::string r = conn.Reply(&body);
@@ -290,18 +293,21 @@ int Lateness(const std::map<std::string, std::string>& f) {
           if (r.rfind("RESERVED ", 0) != 0) break;  // TIMED_OUT: nothing more is coming
           if (received.fetch_add(1) >= jobs) break;
           local.push_back(static_cast<double>(now - std::stoll(body)) / 1000.0);
-          if (std::getenv("LATENESS_DEBUG") && local.back() > 50) {
-            std::fprintf(stderr, "late %.1f ms: %s\n", local.back(), r.c_str());
+          if (debug_ms > 0 && local.back() > debug_ms) {
+            std::fprintf(stderr, "late %.1f ms at wall ms %lld: %s\n", local.back(),
+                         static_cast<long long>(now / 1000), r.c_str());
           }
           if (serial) {
             conn.Send("delete " + r.substr(9, r.find(' ', 9) - 9) + "\r\n");
             if (conn.Reply() != "DELETED") break;
+            local_delete.push_back(static_cast<double>(WallMicros() - now) / 1000.0);
           }
           if (received >= jobs) break;
           conn.Send("reserve-with-timeout 30\r\n");
         }
         std::lock_guard lock(mu);
         late_ms.insert(late_ms.end(), local.begin(), local.end());
+        delete_ms.insert(delete_ms.end(), local_delete.begin(), local_delete.end());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "lateness consumer: %s\n", e.what());
         failed = true;
@@ -334,16 +340,22 @@ int Lateness(const std::map<std::string, std::string>& f) {
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   const double cpu = CpuSeconds(pid) - cpu_before;
   std::sort(late_ms.begin(), late_ms.end());
-  auto pct = [&](double p) {
-    if (late_ms.empty()) return 0.0;
-    return late_ms[std::min(late_ms.size() - 1,
-                            static_cast<size_t>(p * static_cast<double>(late_ms.size())))];
+  std::sort(delete_ms.begin(), delete_ms.end());
+  auto pct = [](const std::vector<double>& v, double p) {
+    if (v.empty()) return 0.0;
+    return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
   };
   std::printf(
-      "lateness jobs=%zu p50_ms=%.3f p99_ms=%.3f max_ms=%.3f min_ms=%.3f seconds=%.1f "
-      "server_cpu_s=%.2f\n",
-      late_ms.size(), pct(0.50), pct(0.99), late_ms.empty() ? 0.0 : late_ms.back(),
-      late_ms.empty() ? 0.0 : late_ms.front(), secs, cpu);
+      "lateness jobs=%zu p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f max_ms=%.3f min_ms=%.3f "
+      "seconds=%.1f server_cpu_s=%.2f",
+      late_ms.size(), pct(late_ms, 0.50), pct(late_ms, 0.99), pct(late_ms, 0.999),
+      late_ms.empty() ? 0.0 : late_ms.back(), late_ms.empty() ? 0.0 : late_ms.front(), secs, cpu);
+  // A serial consumer's delete round trip is on the path of its next job.
+  if (serial) {
+    std::printf(" delete_p50_ms=%.3f delete_p99_ms=%.3f", pct(delete_ms, 0.50),
+                pct(delete_ms, 0.99));
+  }
+  std::printf("\n");
   return failed || static_cast<int64_t>(late_ms.size()) != jobs ? 1 : 0;
 }
 
