@@ -43,17 +43,17 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
     });
     return;
   }
-  const int64_t due_ms = DueFromNow(delay_ms);
+  const int64_t due_us = DueFromNow(delay_ms);
   JobRecord r;
   r.id = NewId();
   r.tube = c->use->name;
   r.priority = priority;
   r.state = delay_ms > 0 ? StoredState::kDelayed : StoredState::kReady;
-  r.due_ms = due_ms;
+  r.due_ms = due_us / 1000;
   r.delay_ms = delay_ms;
   r.ttr_ms = ttr_ms;
-  r.created_ms = due_ms - delay_ms;
-  r.run_at_ms = due_ms;
+  r.created_ms = r.due_ms - delay_ms;
+  r.run_at_ms = r.due_ms;
   r.body = std::move(body);
   if (c->use->settings) {
     JobSpec spec;
@@ -62,6 +62,7 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
     r.spec = EncodeSpec(spec);
   }
   Job* j = AddJob(r, JobState::kPending);
+  j->due_us = due_us;
   Write(j, Mutation::Insert(std::move(r)), [this, j, done = std::move(done)](const Status& s) {
     Publish(j, s);
     if (!s.ok()) return done(s);
@@ -162,7 +163,8 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
       if (topic_pushes || n.spec.target) return done(kNoPushInCluster);
     }
   }
-  const int64_t now_ms = (clock_.WallMicros() + 999) / 1000;
+  const int64_t now_us = clock_.WallMicros();
+  const int64_t now_ms = now_us / 1000;
   std::vector<Submitted> out(jobs.size());
   std::vector<Mutation> writes;
   std::vector<Job*> created;
@@ -204,8 +206,11 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
     r.id = NewId();
     r.tube = topic;
     r.priority = n.priority;
-    r.run_at_ms = n.run_at_ms ? *n.run_at_ms : now_ms + n.delay_ms;
-    r.due_ms = std::max(r.run_at_ms, now_ms);
+    // A past time to run at is now; a delay ends at its microsecond.
+    const int64_t due_us =
+        n.run_at_ms ? std::max(*n.run_at_ms * 1000, now_us) : now_us + n.delay_ms * 1000;
+    r.run_at_ms = n.run_at_ms ? *n.run_at_ms : due_us / 1000;
+    r.due_ms = due_us / 1000;
     r.delay_ms = r.due_ms - now_ms;
     r.state = r.delay_ms > 0 ? StoredState::kDelayed : StoredState::kReady;
     r.ttr_ms = ttr_ms;
@@ -223,6 +228,7 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
     }
     out[i] = {r.id, false};
     Job* j = AddJob(r, JobState::kPending, spec);
+    j->due_us = due_us;
     ++j->pending_writes;
     created.push_back(j);
     writes.push_back(Mutation::Insert(std::move(r)));
@@ -423,7 +429,7 @@ void Engine::Patch(Job* j, const JobPatch& p, Done done) {
   if (p.ttr_ms) j->ttr_ms = *p.ttr_ms;
   if (p.body) j->body = std::make_shared<const std::string>(*p.body);
   if (p.due_ms) {
-    j->due_ms = *p.due_ms;
+    j->due_us = *p.due_ms * 1000;
     j->run_at_ms = *p.due_ms;
     j->delay_ms = std::max<int64_t>(0, *p.due_ms - clock_.WallMillis());
   }
@@ -439,7 +445,7 @@ void Engine::Patch(Job* j, const JobPatch& p, Done done) {
   if (was_buried) {
     j->state = JobState::kBuried;  // keeps its place in kick order
     j->tube->buried.insert(j);
-  } else if (j->due_ms * 1000 > clock_.WallMicros()) {
+  } else if (j->due_us > clock_.WallMicros()) {
     MakeDelayed(j);
   } else {
     MakeReady(j);
@@ -483,7 +489,7 @@ void Engine::RunNow(uint64_t id, Done done) {
           return done(Status::Ok());
         }
         Detach(j);
-        j->due_ms = clock_.WallMillis();
+        j->due_us = clock_.WallMicros();
         MakeReady(j);
         Write(j, Mutation::Update(Record(*j)), std::move(done));
       });
@@ -548,7 +554,7 @@ std::optional<PushLease> Engine::TakePush(const std::string& topic) {
   lease.id = j->id;
   lease.attempt = j->counters.reserves;
   lease.topic = t->name;
-  lease.due_ms = j->due_ms;
+  lease.due_ms = j->due_ms();
   lease.run_at_ms = j->run_at_ms;
   lease.created_ms = j->created_ms;
   lease.key = j->extra->key;

@@ -176,10 +176,7 @@ Job* Engine::ReservedBy(const Client* c, uint64_t id) const {
   return j != nullptr && j->state == JobState::kReserved && j->reserver == c ? j : nullptr;
 }
 
-int64_t Engine::DueFromNow(int64_t delay_ms) const {
-  // Rounded up: a job must never become ready before its delay has passed.
-  return (clock_.WallMicros() + 999) / 1000 + delay_ms;
-}
+int64_t Engine::DueFromNow(int64_t delay_ms) const { return clock_.WallMicros() + delay_ms * 1000; }
 
 Job* Engine::AddJob(const JobRecord& r, JobState state, std::shared_ptr<const JobSpec> spec) {
   auto j = std::make_unique<Job>();
@@ -187,7 +184,7 @@ Job* Engine::AddJob(const JobRecord& r, JobState state, std::shared_ptr<const Jo
   j->tube = FindOrMakeTube(r.tube);
   j->priority = r.priority;
   j->state = state;
-  j->due_ms = r.due_ms;
+  j->due_us = r.due_ms * 1000;
   j->delay_ms = r.delay_ms;
   j->ttr_ms = r.ttr_ms;
   j->created_ms = r.created_ms;
@@ -209,7 +206,7 @@ JobRecord Engine::Record(const Job& j) const {
   r.tube = j.tube->name;
   r.priority = j.priority;
   r.state = ToStored(j.state);
-  r.due_ms = j.due_ms;
+  r.due_ms = j.due_ms();
   r.delay_ms = j.delay_ms;
   r.ttr_ms = j.ttr_ms;
   r.created_ms = j.created_ms;
@@ -345,7 +342,7 @@ void Engine::TakeStored(Job* j, const Result<std::optional<JobRecord>>& read) {
       j->state == JobState::kReserved && rec->state == StoredState::kReady;
   if (!keep_reservation) Detach(j);
   j->priority = rec->priority;
-  j->due_ms = rec->due_ms;
+  j->due_us = rec->due_ms * 1000;
   j->delay_ms = rec->delay_ms;
   j->ttr_ms = rec->ttr_ms;
   j->run_at_ms = rec->run_at_ms;
@@ -386,7 +383,7 @@ void Engine::WriteDone(Job* j) {
     --t->jobs;
     Forget(j);
     MaybeDropTube(t);
-  } else if (j->state == JobState::kDelayed && store::DueMinute(j->due_ms) > loaded_minute_) {
+  } else if (j->state == JobState::kDelayed && store::DueMinute(j->due_ms()) > loaded_minute_) {
     // Due beyond the loaded horizon: the store keeps it; the loader brings it
     // back when its minute comes.
     Detach(j);

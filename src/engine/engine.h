@@ -275,7 +275,8 @@ class Engine {
   // Time.
   uint64_t NowTick() const;
   uint64_t TickAtSteady(int64_t steady_us) const;
-  uint64_t TickAtWall(int64_t wall_ms) const;
+  uint64_t TickAtWall(int64_t wall_us) const;
+  int64_t SteadyAtTick(uint64_t tick) const;
   void Schedule(EngineTimer& t, uint64_t tick);
   void Fire(EngineTimer* t);
   void ScheduleLoader();
@@ -298,7 +299,7 @@ class Engine {
   Job* FindLive(uint64_t id) const;
   // The job if `c` holds its reservation, else null.
   Job* ReservedBy(const Client* c, uint64_t id) const;
-  // Wall ms when a delay asked for now ends.
+  // Wall us when a delay asked for now ends.
   int64_t DueFromNow(int64_t delay_ms) const;
   // `spec`, when given, is `r.spec` already decoded.
   Job* AddJob(const store::JobRecord& r, JobState state,

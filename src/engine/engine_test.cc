@@ -189,7 +189,7 @@ TEST_F(EngineTest, DelayedJobBecomesReadyAtDueTimeNotBefore) {
   EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " later");
 }
 
-TEST_F(EngineTest, ZeroDelayIsReadyAndDelayNeverFiresEarlyMidMillisecond) {
+TEST_F(EngineTest, ZeroDelayIsReadyAndADelayEndsAtItsMicrosecondNotTheNextMillisecond) {
   Recorder r;
   Client* c = engine_->Connect(&r);
   clock_.Advance(400);  // the clock now sits 0.4 ms into a millisecond
@@ -199,21 +199,39 @@ TEST_F(EngineTest, ZeroDelayIsReadyAndDelayNeverFiresEarlyMidMillisecond) {
   r.Take();
   uint64_t later = Put(c, "later", 1000);
   engine_->Reserve(c, -1);
-  Advance(1000);  // exactly 1000 ms after the put is still 0.4 ms early
-  EXPECT_TRUE(r.events.empty()) << "fired before its delay had passed";
-  Advance(1);
-  EXPECT_EQ(r.Take(), "reserved " + std::to_string(later) + " later");
+  clock_.Advance(999'900);
+  engine_->Tick();
+  EXPECT_TRUE(r.events.empty()) << "fired 100 us before its delay had passed";
+  clock_.Advance(100);  // exactly 1 s after the put, 0.4 ms into a millisecond
+  engine_->Tick();
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(later) + " later")
+      << "held back to the next millisecond";
+  // The store keeps the millisecond the delay ends in.
+  EXPECT_EQ(GetJob(later)->record.due_ms, clock_.WallMicros() / 1000);
 }
 
-TEST_F(EngineTest, ClockReadSkewDoesNotDelayAJobByATick) {
+TEST_F(EngineTest, ClockReadSkewDoesNotDelayAJobDueOnAMillisecondByATick) {
   Recorder r;
   Client* c = engine_->Connect(&r);
-  Advance(500);  // half-way into a millisecond, so the due time rounds up
+  engine_->Watch(c, "t");
+  clock_.Advance(500);  // half-way into a millisecond
+  // The wall clock is read 3 us after the steady one, as two real reads are;
+  // a job due exactly on a millisecond must still fire on that tick.
   clock_.wall_lag_us = 3;
-  uint64_t id = Put(c, "x", 1000);
+  const int64_t due_ms = clock_.WallMicros() / 1000 + 1000;
+  NewJob n;
+  n.run_at_ms = due_ms;
+  n.body = "x";
+  std::vector<NewJob> batch;
+  batch.push_back(std::move(n));
+  Outcome out;
+  engine_->Submit("t", std::move(batch), [&out](auto x) { out = std::move(x); });
+  work_.RunUntil([&] { return out.has_value(); });
+  ASSERT_TRUE(out->ok());
   engine_->Reserve(c, -1);
-  Advance(1000);  // 0.5 ms into the due millisecond
-  EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " x")
+  clock_.Advance(due_ms * 1000 - clock_.base.WallMicros());  // the due millisecond begins
+  engine_->Tick();
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string((*out)->front().id) + " x")
       << "3 us of skew between the two clock reads cost a whole tick";
 }
 

@@ -72,7 +72,7 @@ void Engine::ScheduleLoader() {
     return;
   }
   const int64_t next_start_ms = (loaded_minute_ + 1) * store::kMillisPerMinute;
-  Schedule(loader_timer_, TickAtWall(next_start_ms - options_.horizon_ms));
+  Schedule(loader_timer_, TickAtWall((next_start_ms - options_.horizon_ms) * 1000));
 }
 
 // The loader's read goes aside (on PostgreSQL it is answered from a thread
@@ -100,7 +100,7 @@ void Engine::Loaded(Result<std::vector<JobRecord>> rows, uint64_t since) {
                     rows.status().ToString());
     }
     load_failing_ = true;
-    Schedule(loader_timer_, NowTick() + 1000);
+    Schedule(loader_timer_, TickAtSteady(clock_.SteadyMicros() + 1'000'000));
     return;
   }
   if (load_failing_) spdlog::info("loader: reading minute {} again", loaded_minute_);
@@ -113,7 +113,7 @@ void Engine::Loaded(Result<std::vector<JobRecord>> rows, uint64_t since) {
     // since the store read this row: the row is out of date.
     if (jobs_.count(r.id) || LeftSince(r.id, since)) continue;
     Job* j = MaterializeFar(r);
-    if (j->due_ms <= now_ms) {
+    if (j->due_ms() <= now_ms) {
       MakeReady(j);
     } else {
       MakeDelayed(j);

@@ -111,7 +111,7 @@ void Engine::StatsJob(uint64_t id, Reply<JobStats> done) {
     s.delay_s = j.delay_ms / 1000;
     s.ttr_s = j.ttr_ms / 1000;
     if (j.state == JobState::kReserved) s.time_left_s = (j.deadline_us - now_us) / 1'000'000;
-    if (j.state == JobState::kDelayed) s.time_left_s = (j.due_ms * 1000 - wall_us) / 1'000'000;
+    if (j.state == JobState::kDelayed) s.time_left_s = (j.due_us - wall_us) / 1'000'000;
     s.counters = j.counters;
     return s;
   };
@@ -425,7 +425,7 @@ Result<TopicInfo> Engine::Topic(const std::string& name) const {
   int64_t oldest = 0;
   for (const auto* set : {&t->ready, &t->push_ready}) {
     for (const Job* j : *set) {
-      if (oldest == 0 || j->due_ms < oldest) oldest = j->due_ms;
+      if (oldest == 0 || j->due_ms() < oldest) oldest = j->due_ms();
     }
   }
   info.oldest_ready_due_ms = oldest;

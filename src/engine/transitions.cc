@@ -49,12 +49,12 @@ void Engine::MakeReady(Job* j) {
 void Engine::MakeDelayed(Job* j) {
   j->state = JobState::kDelayed;
   j->tube->delayed.insert(j);
-  Schedule(j->timer, TickAtWall(j->due_ms));
+  Schedule(j->timer, TickAtWall(j->due_us));
 }
 
 void Engine::PlaceDelayed(Job* j) {
-  if (j->due_ms * 1000 <= clock_.WallMicros()) return MakeReady(j);
-  if (store::DueMinute(j->due_ms) > loaded_minute_) {
+  if (j->due_us <= clock_.WallMicros()) return MakeReady(j);
+  if (store::DueMinute(j->due_ms()) > loaded_minute_) {
     j->state = JobState::kDelayed;  // no timer, no place in the tube: WriteDone takes it out
     return;
   }
@@ -156,7 +156,7 @@ void Engine::Requeue(Job* j, uint32_t priority, int64_t delay_ms, Done done) {
   j->delay_ms = delay_ms;
   ++j->counters.releases;
   if (delay_ms > 0) {
-    j->due_ms = DueFromNow(delay_ms);
+    j->due_us = DueFromNow(delay_ms);
     MakeDelayed(j);
   } else {
     MakeReady(j);
@@ -177,7 +177,7 @@ void Engine::KickOne(Job* j, bool fresh_budget, Done done) {
   ++j->counters.kicks;
   if (fresh_budget) {
     j->counters.reserves = 0;
-    j->due_ms = clock_.WallMillis();
+    j->due_us = clock_.WallMicros();
   }
   MakeReady(j);
   Write(j, Mutation::Update(Record(*j)), std::move(done));

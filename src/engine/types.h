@@ -48,7 +48,10 @@ struct Job {
   Tube* tube = nullptr;
   uint32_t priority = 0;
   JobState state = JobState::kPending;
-  int64_t due_ms = 0;    // wall ms when a delayed job becomes ready
+  // Wall us when a delayed job becomes ready. The store keeps due_ms(), the
+  // millisecond it falls in; memory keeps the exact instant a delay asked for
+  // now ends, so a job is not up to 1 ms late for the rounding.
+  int64_t due_us = 0;
   int64_t delay_ms = 0;  // the delay last asked for
   int64_t ttr_ms = 0;
   int64_t created_ms = 0;   // wall ms of the put
@@ -70,6 +73,7 @@ struct Job {
 
   // A push job is delivered by the dispatcher; pull consumers never see it.
   bool push() const { return extra && extra->spec && extra->spec->target; }
+  int64_t due_ms() const { return due_us / 1000; }
 };
 
 struct ReadyOrder {
@@ -79,7 +83,7 @@ struct ReadyOrder {
 };
 struct DelayOrder {
   bool operator()(const Job* a, const Job* b) const {
-    return a->due_ms != b->due_ms ? a->due_ms < b->due_ms : a->id < b->id;
+    return a->due_us != b->due_us ? a->due_us < b->due_us : a->id < b->id;
   }
 };
 struct DeadlineOrder {

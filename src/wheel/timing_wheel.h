@@ -1,6 +1,6 @@
-// A hierarchical timing wheel with integer ticks (delayd uses 1 tick = 1 ms).
+// A hierarchical timing wheel with integer ticks (delayd's engine uses 1 tick = 100 us).
 //
-// Eight levels of 64 slots cover 2^48 ticks (about 8,900 years of ms). A timer
+// Eight levels of 64 slots cover 2^48 ticks (about 890 years of 100 us ticks). A timer
 // lives at the level of the highest 6-bit digit in which its expiry differs
 // from the wheel's current tick, in the slot named by that digit of its
 // expiry. When the current tick reaches the start of that slot, the slot is
