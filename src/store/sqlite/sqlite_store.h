@@ -95,6 +95,7 @@ class SqliteStore final : public Store, private CommitQueue::Backend {
   // Checkpoints, beside the writer (OnCommit).
   static constexpr int kCheckpointPages = 10'000;
   static constexpr int kWriterCheckpointPages = 4 * kCheckpointPages;
+  static constexpr int kCheckpointerNice = 19;  // the lowest CPU priority
   static constexpr int kCheckpointCacheKib = 2048;
   sqlite3* checkpoint_db_ = nullptr;  // checkpointer thread only
   std::mutex checkpoint_mu_;
