@@ -150,9 +150,7 @@ class ClusterStoreTest : public ::testing::Test {
   }
 
   // The database refused a shard owner's write (the lease moved).
-  static bool Fenced(const Status& s) {
-    return s.code() == StatusCode::kConflict && s.ToString().find("fenced") != std::string::npos;
-  }
+  static bool Fenced(const Status& s) { return store::change::IsFencedRefusal(s); }
 
   static JobRecord Job(uint64_t id, const std::string& tube, uint32_t pri = 0,
                        StoredState state = StoredState::kReady, int64_t due_ms = 0) {
@@ -596,9 +594,18 @@ TEST_F(ClusterStoreTest, ATimerFireCommitsWithItsAdvanceOnlyUnderTheLease) {
   ASSERT_TRUE(fire(*b, b->Fence(shard), 102, kNow + 60'000).ok());
   EXPECT_EQ(Query("SELECT count(*) FROM timer_fires WHERE timer_id=5"), "2");
   EXPECT_EQ(Query("SELECT next_fire_ms FROM timers WHERE id=5"), std::to_string(kNow + 120'000));
-  // The same fire time again, even under the lease: refused by its record.
-  EXPECT_FALSE(fire(*b, b->Fence(shard), 103, kNow + 60'000).ok());
+  // The same fire time again, even under the lease: refused by its record,
+  // which is no fencing refusal (the node still owns the shard).
+  Status again = fire(*b, b->Fence(shard), 103, kNow + 60'000);
+  EXPECT_FALSE(again.ok());
+  EXPECT_FALSE(Fenced(again)) << again.ToString();
   EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id=103"), "0");
+  // Nor is a fire of a timer deleted meanwhile.
+  ASSERT_TRUE(Apply(*b, Mutation::TimerDelete(t.id)).ok());
+  Status gone = fire(*b, b->Fence(shard), 104, kNow + 120'000);
+  EXPECT_FALSE(gone.ok());
+  EXPECT_FALSE(Fenced(gone)) << gone.ToString();
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id=104"), "0");
 }
 
 // A fenced write holds its lease row until it commits: a node that would
@@ -701,6 +708,136 @@ TEST_F(ClusterStoreTest, TubeChangesAreAnnouncedToEveryNode) {
   for (const Notice& n : heard->notices) {
     EXPECT_FALSE(n.kind == Notice::Kind::kTube && n.tube == "put");
   }
+}
+
+// Push jobs are their shard owner's: a consumer's claim and peek-ready never
+// see one, an owner's claim takes only push jobs of the shards it names, and
+// a push job made ready (put, promoted) is announced with its shard, for its
+// owner, rather than as a ready tube.
+TEST_F(ClusterStoreTest, PushJobsGoOnlyToTheirShardsOwnerAndAreAnnouncedWithTheShard) {
+  auto a = Start("a");
+  auto b = Start("b");
+  auto heard = Listen(*b);
+  ASSERT_TRUE(WaitFor(*heard, [](const Notice& n) { return n.kind == Notice::Kind::kListening; }));
+  a->Round();
+  std::map<int, std::set<uint64_t>> push_of_shard;
+  for (uint64_t id = 1; id <= 40; ++id) {
+    JobRecord j = Job(id, "m", static_cast<uint32_t>(id));
+    j.push = id % 2 == 0;
+    ASSERT_TRUE(Apply(*a, Mutation::Insert(j)).ok());
+    if (j.push) push_of_shard[a->store->ShardOf(j)].insert(id);
+  }
+  ASSERT_GT(push_of_shard.size(), 1u);
+  for (const auto& [shard, ids] : push_of_shard) {
+    EXPECT_TRUE(WaitFor(*heard,
+                        [shard = shard](const Notice& n) {
+                          return n.kind == Notice::Kind::kPush && n.shard == shard && n.tube == "m";
+                        }))
+        << "shard " << shard;
+  }
+
+  auto best = b->store->BestReady("m");
+  ASSERT_TRUE(best.ok() && best->has_value());
+  EXPECT_EQ((*best)->id, 1u);
+  for (const JobRecord& j : Claim(*b, {"m"}, 100)) {
+    EXPECT_FALSE(j.push) << "consumer claimed push job " << j.id;
+  }
+  auto tubes = a->store->PushTubes({push_of_shard.begin()->first});
+  ASSERT_TRUE(tubes.ok());
+  EXPECT_EQ(*tubes, std::vector<std::string>{"m"});
+
+  const int mine = push_of_shard.begin()->first;
+  std::atomic<int> done{0};
+  std::set<uint64_t> got;
+  a->store->Claim(ClaimQuery{{"m"}, 100, kNow, {mine}, /*push=*/true},
+                  [&](Result<std::vector<JobRecord>> r) {
+                    EXPECT_TRUE(r.ok()) << r.status().ToString();
+                    if (r.ok()) {
+                      for (const JobRecord& j : *r) {
+                        EXPECT_TRUE(j.push);
+                        EXPECT_EQ(j.reserved_by, "a");
+                        got.insert(j.id);
+                      }
+                    }
+                    ++done;
+                  });
+  inbox_.RunUntil(done, 1);
+  EXPECT_EQ(got, push_of_shard[mine]);
+  tubes = a->store->PushTubes({mine});
+  ASSERT_TRUE(tubes.ok());
+  EXPECT_TRUE(tubes->empty()) << "every push job of shard " << mine << " was claimed";
+
+  // A delayed push job promoted by its owner is announced with its shard.
+  JobRecord later = Job(41, "n", 0, StoredState::kDelayed, kNow - 1);
+  later.push = true;
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(later)).ok());
+  const int shard = a->store->ShardOf(later);
+  ASSERT_TRUE(Apply(*a, Mutation::Promote(a->Fence(shard), {41}, kNow)).ok());
+  EXPECT_TRUE(WaitFor(*heard, [shard](const Notice& n) {
+    return n.kind == Notice::Kind::kPush && n.shard == shard && n.tube == "n";
+  }));
+  std::lock_guard lock(heard->mu);
+  for (const Notice& n : heard->notices) {
+    EXPECT_FALSE(n.kind == Notice::Kind::kReady && n.tube == "n") << "a push job as a ready tube";
+  }
+}
+
+// Timer ids taken by several nodes never repeat and stay above every stored
+// one; an owner reads only its shards' timers; a timer's change is announced.
+TEST_F(ClusterStoreTest, TimerIdsAreTheDatabasesAndOwnersReadTheirShardsTimers) {
+  auto a = Start("a");
+  auto b = Start("b");
+  auto heard = Listen(*b);
+  ASSERT_TRUE(WaitFor(*heard, [](const Notice& n) { return n.kind == Notice::Kind::kListening; }));
+  store::TimerRecord stored;
+  stored.id = 7;
+  stored.name = "seven";
+  stored.definition = "{}";
+  stored.next_fire_ms = kNow;
+  ASSERT_TRUE(Apply(*a, Mutation::TimerPut(stored)).ok());
+  EXPECT_TRUE(
+      WaitFor(*heard, [](const Notice& n) { return n.kind == Notice::Kind::kTimer && n.id == 7; }));
+
+  std::set<uint64_t> ids;
+  std::atomic<int> done{0};
+  for (int i = 0; i < 20; ++i) {
+    for (Node* n : {a.get(), b.get()}) {
+      n->store->TakeTimerId([&](Result<uint64_t> r) {
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        if (r.ok()) {
+          EXPECT_GT(*r, 7u);
+          EXPECT_TRUE(ids.insert(*r).second) << "timer id " << *r << " handed out twice";
+        }
+        ++done;
+      });
+    }
+  }
+  inbox_.RunUntil(done, 40);
+  EXPECT_EQ(ids.size(), 40u);
+
+  std::map<int, std::set<uint64_t>> of_shard;
+  for (uint64_t id : ids) {
+    store::TimerRecord t;
+    t.id = id;
+    t.name = "t" + std::to_string(id);
+    t.definition = "{}";
+    t.next_fire_ms = kNow + static_cast<int64_t>(id);
+    ASSERT_TRUE(Apply(*a, Mutation::TimerPut(t)).ok());
+    of_shard[a->store->TimerShardOf(id)].insert(id);
+  }
+  ASSERT_GT(of_shard.size(), 1u);
+  const int shard = of_shard.begin()->first;
+  auto rows = b->store->TimersDueOf({shard}, 0, 0, kNow + 1'000'000, 1000);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  std::set<uint64_t> read;
+  for (const store::TimerRecord& t : *rows) read.insert(t.id);
+  if (a->store->TimerShardOf(7) == shard) of_shard[shard].insert(7);
+  EXPECT_EQ(read, of_shard[shard]);
+
+  ASSERT_TRUE(Apply(*b, Mutation::TimerDelete(*ids.begin())).ok());
+  EXPECT_TRUE(WaitFor(*heard, [id = *ids.begin()](const Notice& n) {
+    return n.kind == Notice::Kind::kTimer && n.id == id;
+  }));
 }
 
 // The notices' connection comes back by itself when the server drops it,

@@ -64,6 +64,9 @@ struct JobRecord {
   uint64_t version = 0;
   std::string reserved_by;  // kReserved: the node holding the reservation
   int64_t deadline_ms = 0;  // kReserved: wall ms when the reservation runs out
+  // A push job (its spec has a target): delivered by the owner of its shard,
+  // never claimed by a consumer. Set by the engine on every write.
+  bool push = false;
 };
 
 }  // namespace delayd::store

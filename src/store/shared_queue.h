@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "store/job_record.h"
+#include "store/timer_record.h"
 
 namespace delayd::store {
 
@@ -22,6 +23,8 @@ namespace delayd::store {
 inline constexpr const char* kReadyChannel = "delayd_ready";  // payload: a tube
 inline constexpr const char* kDueChannel = "delayd_due";      // payload: DueNotice entries
 inline constexpr const char* kTubeChannel = "delayd_tube";    // payload: a tube
+inline constexpr const char* kPushChannel = "delayd_push";    // payload: "<shard> <tube>"
+inline constexpr const char* kTimerChannel = "delayd_timer";  // payload: a timer id
 
 struct ClaimQuery {
   // Ready jobs of these tubes, best (priority, id) first; tubes paused at
@@ -32,6 +35,9 @@ struct ClaimQuery {
   // Only jobs of these shards (an owner dispatching its push jobs); empty:
   // every shard.
   std::vector<int> shards = {};
+  // Push jobs, which only the owner of their shard claims; else pull jobs,
+  // which any consumer claims.
+  bool push = false;
 };
 
 // What a node hears from the others, and from itself.
@@ -40,6 +46,8 @@ struct Notice {
     kReady,  // jobs of `tube` became ready (committed)
     kDue,    // delayed job `id` of `shard`, due at `due_ms`, was written
     kTube,   // `tube` was paused, resumed or given settings: read it again
+    kPush,   // push jobs of `tube` in `shard` became ready (committed)
+    kTimer,  // timer `id` was created, changed or deleted: its owner reads it again
     // The notices' connection was (re)made: notices may have been missed,
     // so whatever they would have said must be read again.
     kListening,
@@ -123,6 +131,17 @@ class SharedQueue {
   virtual Result<std::vector<TubeCount>> CountJobs(std::optional<std::string> tube) = 0;
   // The stored pause and settings of `tube`, or of every tube without one.
   virtual Result<std::vector<TubeRow>> Tubes(std::optional<std::string> tube) = 0;
+  // The tubes that have ready push jobs in `shards`, by name.
+  virtual Result<std::vector<std::string>> PushTubes(const std::vector<int>& shards) = 0;
+  // Timers of `shards` whose next fire is before `before_ms`, after
+  // (`from_ms`, `after_id`), soonest first: Store::TimersDue for an owner.
+  virtual Result<std::vector<TimerRecord>> TimersDueOf(const std::vector<int>& shards,
+                                                       int64_t from_ms, uint64_t after_id,
+                                                       int64_t before_ms, size_t limit) = 0;
+  // The shard of timer `id` (fixed for its life): its owner fires it.
+  virtual int TimerShardOf(uint64_t id) const = 0;
+  // A timer id that no node was or will be handed.
+  virtual void TakeTimerId(std::function<void(Result<uint64_t>)> done) = 0;
 
   // Starts hearing notices: `fn` gets them in order, through the executor,
   // starting with kListening once listening. Call once.

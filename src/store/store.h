@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -101,6 +102,11 @@ struct Fence {
   int shard = 0;
   int64_t epoch = 0;
 };
+// The message of every fenced write's refusal starts so: the lease moved.
+inline constexpr std::string_view kFencedPrefix = "fenced: ";
+inline bool IsFencedRefusal(const Status& s) {
+  return s.code() == StatusCode::kConflict && s.message().rfind(kFencedPrefix, 0) == 0;
+}
 
 // Sets the timer's next and last fire times and records `fires`; fails if
 // one of those fire times was recorded before. With a fence (cluster mode:

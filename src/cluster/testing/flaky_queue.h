@@ -54,6 +54,19 @@ class FlakyQueue final : public store::SharedQueue {
   Status Listen(std::function<void(std::vector<store::Notice>)> fn) override {
     return real_.Listen(std::move(fn));
   }
+  Result<std::vector<std::string>> PushTubes(const std::vector<int>& shards) override {
+    return real_.PushTubes(shards);
+  }
+  Result<std::vector<store::TimerRecord>> TimersDueOf(const std::vector<int>& shards,
+                                                      int64_t from_ms, uint64_t after_id,
+                                                      int64_t before_ms, size_t limit) override {
+    return real_.TimersDueOf(shards, from_ms, after_id, before_ms, limit);
+  }
+  int TimerShardOf(uint64_t id) const override { return real_.TimerShardOf(id); }
+  void TakeTimerId(std::function<void(Result<uint64_t>)> done) override {
+    if (Fail(fail_takes, done)) return;
+    real_.TakeTimerId(std::move(done));
+  }
 
  private:
   template <class Done>

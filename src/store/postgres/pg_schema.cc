@@ -115,6 +115,16 @@ ALTER TABLE jobs ADD COLUMN ver bigint NOT NULL DEFAULT 0,
 CREATE INDEX jobs_ready ON jobs (tube, pri, id) WHERE state = 0;
 CREATE INDEX jobs_held ON jobs (shard, deadline_ms) WHERE state = 4;
 )sql",
+    // Version 4: push jobs are delivered by the owner of their shard and
+    // never claimed by consumers (doc/cluster.md, "Push jobs on their
+    // shard's owner"), so the ready index is split: consumers' claims walk
+    // jobs_ready, owners' claims jobs_push.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN push smallint NOT NULL DEFAULT 0;
+DROP INDEX jobs_ready;
+CREATE INDEX jobs_ready ON jobs (tube, pri, id) WHERE state = 0 AND push = 0;
+CREATE INDEX jobs_push ON jobs (tube, pri, id) WHERE state = 0 AND push = 1;
+)sql",
 };
 
 // A fixed hash (FNV-1a, 64 bits): shards are stored, so it never changes.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -37,14 +38,14 @@ static_assert(static_cast<int>(StoredState::kReserved) == 4);
 constexpr const char* kJobColumns =
     "id, tube, pri, state, due_ms, delay_ms, ttr_ms, created_ms, reserves, timeouts, releases, "
     "buries, kicks, body, key, spec, attempt_log, last_error, done_ms, run_at_ms, ver, "
-    "reserved_by, deadline_ms";
+    "reserved_by, deadline_ms, push";
 constexpr const char* kTimerColumns =
     "id, name, definition, next_fire_ms, last_fire_ms, created_ms";
 
 // The parameter types of a job row (JobFields).
-constexpr Oid kJobTypes[] = {kInt8, kInt8,  kText,  kInt8,  kInt8,  kInt8, kInt8, kInt8,
-                             kInt8, kInt8,  kInt8,  kInt8,  kInt8,  kInt8, kInt8, kInt8,
-                             kInt8, kBytea, kBytea, kBytea, kBytea, kBytea};
+constexpr Oid kJobTypes[] = {kInt8, kInt8,  kText,  kInt8,  kInt8,  kInt8,  kInt8, kInt8,
+                             kInt8, kInt8,  kInt8,  kInt8,  kInt8,  kInt8,  kInt8, kInt8,
+                             kInt8, kBytea, kBytea, kBytea, kBytea, kBytea, kInt8};
 // Due notices per notify (each at most 48 bytes; a notice holds 8000).
 constexpr size_t kDuePerNotice = 150;
 // Rows per "insert" statement at most.
@@ -86,8 +87,30 @@ constexpr const char* kFence =
     "WITH f AS (SELECT shard FROM shard_leases WHERE shard=$1 AND owner=$2 AND epoch=$3 "
     "FOR SHARE), ";
 constexpr const char* kFenceEnd =
-    ", n AS (SELECT pg_notify('delayd_ready', t.tube) FROM (SELECT DISTINCT tube FROM p) t) "
-    "SELECT 1 FROM f WHERE (SELECT count(*) FROM n) >= 0";
+    ", n AS (SELECT pg_notify('delayd_ready', t.tube) FROM (SELECT DISTINCT tube FROM p WHERE "
+    "push=0) t), m AS (SELECT pg_notify('delayd_push', t.shard || ' ' || t.tube) FROM (SELECT "
+    "DISTINCT shard, tube FROM p WHERE push=1) t) "
+    "SELECT 1 FROM f WHERE (SELECT count(*) FROM n) + (SELECT count(*) FROM m) >= 0";
+
+// A claim: the best ready jobs of the tubes ($3), at most $4; per tube in
+// the claim order of its index, skipping rows another node is claiming,
+// then the best of those over all the tubes. A tube paused at $2 is left
+// out: a pause committed through any node holds every claim made after it.
+// Consumers claim pull jobs (`push` 0, jobs_ready) of any shard ($5 NULL);
+// an owner claims push jobs (`push` 1, jobs_push) of its shards.
+std::string ClaimSql(int push) {
+  return fmt::format(
+      "UPDATE jobs j SET state=4, ver=j.ver+1, reserved_by=$1, "
+      "deadline_ms=$2+j.ttr_ms, reserves=j.reserves+1 "
+      "FROM (SELECT c.shard, c.id FROM unnest($3::text[]) AS t(name) "
+      "CROSS JOIN LATERAL (SELECT shard, id, pri FROM jobs WHERE state=0 AND push={} AND "
+      "tube=t.name AND ($5::int8[] IS NULL OR shard=ANY($5)) AND NOT EXISTS (SELECT 1 FROM "
+      "tubes p WHERE p.name=t.name AND p.unpause_ms>$2) ORDER BY pri, id "
+      "LIMIT $4 FOR UPDATE SKIP LOCKED) c "
+      "ORDER BY c.pri, c.id LIMIT $4) w "
+      "WHERE j.shard=w.shard AND j.id=w.id RETURNING {}",
+      push, Qualified(kJobColumns, "j"));
+}
 
 // Every statement, prepared on each connection (each uses its own few).
 std::vector<Statement> Statements() {
@@ -98,62 +121,53 @@ std::vector<Statement> Statements() {
                               : t == kText ? pg::kTextArray
                                            : pg::kByteaArray);
   }
-  // A change raises the row's version; $25, when not NULL, is the version
+  // A change raises the row's version; $26, when not NULL, is the version
   // the row must have (a guarded change).
   std::vector<Oid> change_types = job_types;
   change_types.insert(change_types.end(), {kText, kInt8, kInt8});
   const char* update_set =
       "pri=$4, state=$5, due_ms=$6, due_min=$7, delay_ms=$8, ttr_ms=$9, done_ms=$11, "
       "reserves=$13, timeouts=$14, releases=$15, buries=$16, kicks=$17, "
-      "attempt_log=$20, last_error=$21, ver=ver+1, reserved_by=$23, deadline_ms=$24";
-  const char* guard = "($25::int8 IS NULL OR ver=$25)";
+      "attempt_log=$20, last_error=$21, ver=ver+1, reserved_by=$24, deadline_ms=$25";
+  const char* guard = "($26::int8 IS NULL OR ver=$26)";
   return {
       // Many rows, each parameter an array of one column (Columns).
       {"insert",
        "INSERT INTO jobs (shard, id, tube, pri, state, due_ms, due_min, delay_ms, ttr_ms, "
        "created_ms, done_ms, run_at_ms, reserves, timeouts, releases, buries, kicks, key, spec, "
-       "attempt_log, last_error, body) SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-       "$10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+       "attempt_log, last_error, body, push) SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, "
+       "$8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
        job_array_types},
       // Every field but body, key and spec (JobFields, some unused).
       {"update", fmt::format("UPDATE jobs SET {} WHERE id=$2 AND {}", update_set, guard),
        change_types},
       {"replace",
        fmt::format("UPDATE jobs SET {}, shard=$1, tube=$3, run_at_ms=$12, key=$18, spec=$19, "
-                   "body=$22 WHERE id=$2 AND {}",
+                   "body=$22, push=$23 WHERE id=$2 AND {}",
                    update_set, guard),
        change_types},
       {"delete", "DELETE FROM jobs WHERE id=$1 AND ($2::int8 IS NULL OR ver=$2)", {kInt8, kInt8}},
       // Cluster mode: the fenced writes of a shard's owner (kFence).
       {"promote",
        fmt::format("{}p AS (UPDATE jobs SET state=0, ver=ver+1 WHERE shard=$1 AND id=ANY($4) AND "
-                   "state=1 AND due_ms<=$5 AND EXISTS (SELECT 1 FROM f) RETURNING tube){}",
+                   "state=1 AND due_ms<=$5 AND EXISTS (SELECT 1 FROM f) RETURNING shard, tube, "
+                   "push){}",
                    kFence, kFenceEnd),
        {kInt8, kText, kInt8, pg::kInt8Array, kInt8}},
       {"requeue",
        fmt::format("{}p AS (UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, "
                    "deadline_ms=NULL, timeouts=timeouts+1 WHERE shard=$1 AND state=4 AND "
-                   "deadline_ms<$4 AND EXISTS (SELECT 1 FROM f) RETURNING tube){}",
+                   "deadline_ms<$4 AND EXISTS (SELECT 1 FROM f) RETURNING shard, tube, push){}",
                    kFence, kFenceEnd),
        {kInt8, kText, kInt8, kInt8}},
-      // Claims: the best ready jobs of the tubes ($3), at most $4; per tube
-      // in the claim order of jobs_ready, skipping rows another node is
-      // claiming, then the best of those over all the tubes. A tube paused
-      // at $2 is left out: a pause committed through any node holds every
-      // claim made after it.
-      {"claim",
-       fmt::format(
-           "UPDATE jobs j SET state=4, ver=j.ver+1, reserved_by=$1, "
-           "deadline_ms=$2+j.ttr_ms, reserves=j.reserves+1 "
-           "FROM (SELECT c.shard, c.id FROM unnest($3::text[]) AS t(name) "
-           "CROSS JOIN LATERAL (SELECT shard, id, pri FROM jobs WHERE state=0 AND "
-           "tube=t.name AND ($5::int8[] IS NULL OR shard=ANY($5)) AND NOT EXISTS (SELECT 1 FROM "
-           "tubes p WHERE p.name=t.name AND p.unpause_ms>$2) ORDER BY pri, id "
-           "LIMIT $4 FOR UPDATE SKIP LOCKED) c "
-           "ORDER BY c.pri, c.id LIMIT $4) w "
-           "WHERE j.shard=w.shard AND j.id=w.id RETURNING {}",
-           Qualified(kJobColumns, "j")),
-       {kText, kInt8, pg::kTextArray, kInt8, pg::kInt8Array}},
+      // Claims (ClaimSql).
+      {"claim", ClaimSql(0), {kText, kInt8, pg::kTextArray, kInt8, pg::kInt8Array}},
+      {"claim_push", ClaimSql(1), {kText, kInt8, pg::kTextArray, kInt8, pg::kInt8Array}},
+      // The tubes with ready push jobs in the shards $1: what a new owner
+      // claims for (jobs_push).
+      {"push_tubes",
+       "SELECT DISTINCT tube FROM jobs WHERE state=0 AND push=1 AND shard=ANY($1) ORDER BY tube",
+       {pg::kInt8Array}},
       // An owner's load (DueQuery), on jobs_due: the window of every shard
       // is scanned once for all the shards asked for.
       {"due_of_shards",
@@ -206,13 +220,12 @@ std::vector<Statement> Statements() {
       {"timer_advance",
        "UPDATE timers SET next_fire_ms=$3, last_fire_ms=$4 WHERE shard=$1 AND id=$2",
        {kInt8, kInt8, kInt8, kInt8}},
-      // Cluster mode: the advance of the owner of the timer's shard (kFence);
-      // a row when it was made.
-      {"timer_advance_fenced",
-       fmt::format("{}u AS (UPDATE timers SET next_fire_ms=$5, last_fire_ms=$6 WHERE shard=$1 "
-                   "AND id=$4 AND EXISTS (SELECT 1 FROM f) RETURNING 1) SELECT 1 FROM u",
-                   kFence),
-       {kInt8, kText, kInt8, kInt8, kInt8, kInt8}},
+      // Cluster mode: the lease an owner's write requires (as kFence), checked
+      // on its own before a write whose own failure must read differently (a
+      // timer's advance: the timer may be gone). A row when it holds.
+      {"fence",
+       "SELECT 1 FROM shard_leases WHERE shard=$1 AND owner=$2 AND epoch=$3 FOR SHARE",
+       {kInt8, kText, kInt8}},
       {"fire_insert",
        "INSERT INTO timer_fires (shard, timer_id, fire_ms, job_id, outcome, at_ms) "
        "VALUES ($1, $2, $3, $4, $5, $6)",
@@ -238,7 +251,8 @@ std::vector<Statement> Statements() {
        "SELECT shard FROM shard_leases WHERE shard=ANY($1) ORDER BY shard FOR SHARE",
        {pg::kInt8Array}},
       {"best_ready",
-       Select(kJobColumns, "FROM jobs WHERE state=0 AND tube=$1 ORDER BY pri, id LIMIT 1"),
+       Select(kJobColumns,
+              "FROM jobs WHERE state=0 AND push=0 AND tube=$1 ORDER BY pri, id LIMIT 1"),
        {kText}},
       {"count_jobs",
        "SELECT tube, count(*) FILTER (WHERE state=0), count(*) FILTER (WHERE state=0 AND "
@@ -265,11 +279,20 @@ std::vector<Statement> Statements() {
       {"timers_list",
        Select(kTimerColumns, "FROM timers WHERE id>$1 ORDER BY id LIMIT $2"),
        {kInt8, kInt8}},
+      // $5: the shards of an owner; NULL: every shard.
       {"timers_due",
        Select(kTimerColumns,
               "FROM timers WHERE next_fire_ms>0 AND next_fire_ms<$3 AND (next_fire_ms, id) > "
-              "($1, $2) ORDER BY next_fire_ms, id LIMIT $4"),
-       {kInt8, kInt8, kInt8, kInt8}},
+              "($1, $2) AND ($5::int8[] IS NULL OR shard=ANY($5)) ORDER BY next_fire_ms, id "
+              "LIMIT $4"),
+       {kInt8, kInt8, kInt8, kInt8, pg::kInt8Array}},
+      // A timer id no node was handed: after every stored one, and raised
+      // for the next (a timer's put raises it too, in its batch).
+      {"take_timer_id",
+       "INSERT INTO meta (key, value) VALUES ('next_timer_id', coalesce((SELECT max(id) FROM "
+       "timers), 0) + 2) ON CONFLICT (key) DO UPDATE SET value=greatest(meta.value, "
+       "coalesce((SELECT max(id) FROM timers), 0) + 1) + 1 RETURNING value - 1",
+       {}},
       {"timer_fires",
        "SELECT timer_id, fire_ms, job_id, outcome, at_ms FROM timer_fires WHERE shard=$1 AND "
        "timer_id=$2 ORDER BY fire_ms DESC LIMIT $3",
@@ -313,6 +336,7 @@ void JobFields(const JobRecord& j, int shard, Sink& out) {
   out.OptionalBytes(j.attempt_log);
   out.OptionalBytes(j.last_error);
   out.Bytes(j.body);
+  out.Int(j.push ? 1 : 0);
 }
 
 // The parameters of "update" and "replace": the row, then what cluster mode
@@ -389,6 +413,7 @@ JobRecord ReadJob(const PGresult* r, int row) {
   j.version = static_cast<uint64_t>(GetInt(r, row, 20));
   j.reserved_by = GetBytes(r, row, 21);
   j.deadline_ms = GetInt(r, row, 22);
+  j.push = GetInt(r, row, 23) != 0;
   return j;
 }
 
@@ -815,11 +840,19 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
                                  .count() +
                              options_.due_notice_ms;
   std::set<std::string> ready_tubes;
+  std::set<std::string> push_ready;     // "<shard> <tube>"
   std::set<std::string> changed_tubes;  // paused, resumed or given settings
+  std::set<std::string> changed_timers;
   std::vector<DueEntry> due;
   auto notice = [&](const JobRecord& j, int shard) {
     if (!announce) return;
-    if (j.state == StoredState::kReady) ready_tubes.insert(j.tube);
+    if (j.state == StoredState::kReady) {
+      if (j.push) {
+        push_ready.insert(fmt::format("{} {}", shard, j.tube));
+      } else {
+        ready_tubes.insert(j.tube);
+      }
+    }
     if (j.state == StoredState::kDelayed && j.due_ms < due_before) {
       due.push_back({shard, j.id, j.due_ms});
     }
@@ -829,8 +862,8 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   // it is checked in its one statement, else null (a savepoint catches it).
   constexpr const char* kChanged = "the job was changed by another node, or is gone";
   constexpr const char* kFenced = "fenced: this node no longer holds the shard's lease";
-  constexpr const char* kFencedTimer =
-      "fenced: this node no longer holds the shard's lease, or the timer is gone";
+  static_assert(std::string_view(kFenced).substr(0, change::kFencedPrefix.size()) ==
+                change::kFencedPrefix);
   auto guard = [](std::optional<uint64_t> v) { return v ? kChanged : nullptr; };
   auto apply = [&](const Mutation& m, Status* own) {
     std::visit(
@@ -883,32 +916,28 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
               // Like job ids, timer ids never repeat: a new timer's fire keys
               // (timer:<id>:<time>) must not meet a deleted one's finished jobs.
               b.Send("set_next", Params().Bytes("next_timer_id").Int(id + 1));
+              if (announce) changed_timers.insert(std::to_string(t.id));
             },
             [&](const change::DeleteTimer& x) {
               Params p;
               p.Int(pg::TimerShard(x.id, shards_)).Int(static_cast<int64_t>(x.id));
               b.Send("timer_delete_fires", p);
               b.Send("timer_delete", p);
+              if (announce) changed_timers.insert(std::to_string(x.id));
             },
             [&](const change::AdvanceTimer& x) {
               const int64_t shard = pg::TimerShard(x.id, shards_);
               const int64_t id = static_cast<int64_t>(x.id);
               if (x.fence) {
                 // The fence's shard must be the timer's: another is refused.
-                b.Send("timer_advance_fenced",
-                       Params()
-                           .Int(x.fence->shard)
-                           .Bytes(options_.node_id)
-                           .Int(x.fence->epoch)
-                           .Int(id)
-                           .Int(x.next_fire_ms)
-                           .Int(x.last_fire_ms),
-                       kFencedTimer, own);
-              } else {
-                b.Send("timer_advance",
-                       Params().Int(shard).Int(id).Int(x.next_fire_ms).Int(x.last_fire_ms),
-                       "advance timer: no such timer");
+                const int64_t fenced_shard = x.fence->shard == shard ? shard : -1;
+                b.Send("fence",
+                       Params().Int(fenced_shard).Bytes(options_.node_id).Int(x.fence->epoch),
+                       kFenced);
               }
+              b.Send("timer_advance",
+                     Params().Int(shard).Int(id).Int(x.next_fire_ms).Int(x.last_fire_ms),
+                     "advance timer: no such timer");
               for (const TimerFire& f : x.fires) {
                 b.Send("fire_insert", Params()
                                           .Int(pg::TimerShard(f.timer_id, shards_))
@@ -1001,7 +1030,8 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
     b.Send("set_next", Params().Bytes("next_id").Int(static_cast<int64_t>(max_id + 1)));
   }
   for (const auto& [channel, names] :
-       {std::pair{kReadyChannel, &ready_tubes}, std::pair{kTubeChannel, &changed_tubes}}) {
+       {std::pair{kReadyChannel, &ready_tubes}, std::pair{kPushChannel, &push_ready},
+        std::pair{kTubeChannel, &changed_tubes}, std::pair{kTimerChannel, &changed_timers}}) {
     if (!s.ok() || names->empty()) continue;
     ArrayParam tubes(kText);
     for (const std::string& t : *names) tubes.Bytes(t);
@@ -1208,8 +1238,45 @@ Result<std::vector<TimerRecord>> PgStore::TimersDue(int64_t from_ms, uint64_t af
                                      .Int(from_ms)
                                      .Int(static_cast<int64_t>(after_id))
                                      .Int(before_ms)
-                                     .Int(static_cast<int64_t>(limit))),
+                                     .Int(static_cast<int64_t>(limit))
+                                     .Null()),
               ReadTimer);
+}
+
+Result<std::vector<TimerRecord>> PgStore::TimersDueOf(const std::vector<int>& shards,
+                                                      int64_t from_ms, uint64_t after_id,
+                                                      int64_t before_ms, size_t limit) {
+  if (shards.empty()) return std::vector<TimerRecord>();
+  ArrayParam owned(kInt8);
+  for (int s : shards) owned.Int(s);
+  return Rows(Read("timers_due", Params()
+                                     .Int(from_ms)
+                                     .Int(static_cast<int64_t>(after_id))
+                                     .Int(before_ms)
+                                     .Int(static_cast<int64_t>(limit))
+                                     .Array(owned)),
+              ReadTimer);
+}
+
+Result<std::vector<std::string>> PgStore::PushTubes(const std::vector<int>& shards) {
+  if (shards.empty()) return std::vector<std::string>();
+  ArrayParam owned(kInt8);
+  for (int s : shards) owned.Int(s);
+  return Rows(Read("push_tubes", Params().Array(owned)),
+              [](const PGresult* r, int row) { return pg::GetBytes(r, row, 0); });
+}
+
+int PgStore::TimerShardOf(uint64_t id) const { return pg::TimerShard(id, shards_); }
+
+void PgStore::TakeTimerId(std::function<void(Result<uint64_t>)> done) {
+  Answer<uint64_t>(
+      *reads_,
+      [](PgConn& c) -> Result<uint64_t> {
+        auto r = c.Run("take_timer_id", Params());
+        if (!r.ok()) return r.status();
+        return static_cast<uint64_t>(pg::GetInt(r->get(), 0, 0));
+      },
+      std::move(done));
 }
 
 Result<std::vector<TimerFire>> PgStore::TimerFires(uint64_t timer_id, size_t limit) {
@@ -1260,8 +1327,8 @@ void PgStore::Claim(ClaimQuery q, std::function<void(Result<std::vector<JobRecor
   }
   Answer<std::vector<JobRecord>>(
       *claims_,
-      [p](PgConn& c) -> Result<std::vector<JobRecord>> {
-        auto out = Rows(c.Run("claim", *p), ReadJob);
+      [p, name = q.push ? "claim_push" : "claim"](PgConn& c) -> Result<std::vector<JobRecord>> {
+        auto out = Rows(c.Run(name, *p), ReadJob);
         if (out.ok()) {
           // RETURNING keeps no order: best first, as the claim chose them.
           std::sort(out->begin(), out->end(), [](const JobRecord& a, const JobRecord& b) {
@@ -1326,6 +1393,18 @@ Status PgStore::Listen(std::function<void(std::vector<Notice>)> fn) {
         add(Notice::Kind::kTube).tube = std::move(h.payload);
         continue;
       }
+      if (h.channel == kPushChannel) {  // "<shard> <tube>"
+        const size_t space = h.payload.find(' ');
+        if (space == std::string::npos) continue;
+        Notice& n = add(Notice::Kind::kPush);
+        n.shard = std::atoi(h.payload.substr(0, space).c_str());
+        n.tube = h.payload.substr(space + 1);
+        continue;
+      }
+      if (h.channel == kTimerChannel) {
+        add(Notice::Kind::kTimer).id = std::strtoull(h.payload.c_str(), nullptr, 10);
+        continue;
+      }
       for (const DueEntry& e : ParseDue(h.payload)) {
         Notice& n = add(Notice::Kind::kDue);
         n.shard = e.shard;
@@ -1335,8 +1414,9 @@ Status PgStore::Listen(std::function<void(std::vector<Notice>)> fn) {
     }
     executor_([fn, notices = std::move(notices)]() mutable { fn(std::move(notices)); });
   };
-  auto l =
-      pg::PgListener::Start(options_.conninfo, {kReadyChannel, kDueChannel, kTubeChannel}, hear);
+  auto l = pg::PgListener::Start(
+      options_.conninfo, {kReadyChannel, kDueChannel, kTubeChannel, kPushChannel, kTimerChannel},
+      hear);
   if (!l.ok()) return l.status();
   listener_ = std::move(l).value();
   return Status::Ok();

@@ -103,6 +103,12 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   Result<std::optional<JobRecord>> BestReady(const std::string& tube) override;
   Result<std::vector<TubeCount>> CountJobs(std::optional<std::string> tube) override;
   Result<std::vector<TubeRow>> Tubes(std::optional<std::string> tube) override;
+  Result<std::vector<std::string>> PushTubes(const std::vector<int>& shards) override;
+  Result<std::vector<TimerRecord>> TimersDueOf(const std::vector<int>& shards, int64_t from_ms,
+                                               uint64_t after_id, int64_t before_ms,
+                                               size_t limit) override;
+  int TimerShardOf(uint64_t id) const override;
+  void TakeTimerId(std::function<void(Result<uint64_t>)> done) override;
 
  private:
   // A connection with its prepared statements, reconnected when it broke.
