@@ -1,12 +1,15 @@
 // Cluster mode under faults, black box: three delayd nodes on one test
 // database under a steady load of puts (ready and delayed) and reserves
-// through every node, while a bounded loop kills a node with SIGKILL,
-// stops another past its lease with SIGSTOP and resumes it, and starts and
-// stops a fourth. Afterwards every acknowledged put must have been reserved,
-// and the tube must be empty in the database (a delete whose reply was lost
-// with its node either committed or comes back to be reserved again);
-// redeliveries (at-least-once, after a holder died) are counted, and the
-// loop's figures printed: failover after each kill, and
+// through every node, push jobs submitted through every node to a local
+// receiver, and a timer firing every second, while a bounded loop kills a
+// node with SIGKILL, stops another past its lease with SIGSTOP and resumes
+// it, and starts and stops a fourth. Afterwards every acknowledged put must
+// have been reserved, and the tube must be empty in the database (a delete
+// whose reply was lost with its node either committed or comes back to be
+// reserved again); every acknowledged push job delivered, none after its
+// success was recorded; the timer's fires one per second, none twice and
+// none skipped. Redeliveries (at-least-once, after a holder died) are
+// counted, and the loop's figures printed: failover after each kill, and
 // the fencing refusals the stopped node met when it woke.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -61,13 +64,13 @@ class Chaos {
     std::lock_guard lock(mu_);
     serving_.insert(id);
   }
-  // The beanstalk port of a random serving node, or 0.
-  int PickPort(std::mt19937& rng) {
+  // The beanstalk (or HTTP) port of a random serving node, or 0.
+  int PickPort(std::mt19937& rng, bool http = false) {
     std::lock_guard lock(mu_);
     if (serving_.empty()) return 0;
     auto it = serving_.begin();
     std::advance(it, std::uniform_int_distribution<size_t>(0, serving_.size() - 1)(rng));
-    return nodes_.at(*it)->port();
+    return http ? nodes_.at(*it)->http_port() : nodes_.at(*it)->port();
   }
   DelaydServer& node(const std::string& id) {
     std::lock_guard lock(mu_);
@@ -200,6 +203,39 @@ TEST(ClusterChaosTest, NoAcknowledgedJobIsLostWhileNodesDieStallAndComeAndGo) {
       }
     }
   };
+  // Push jobs through every node, due now or within a second, to a receiver
+  // that answers 200 and notes when each came.
+  Receiver rx;
+  std::set<uint64_t> pushed;  // push jobs whose submission was answered 201
+  auto pusher = [&](int w) {
+    std::mt19937 rng(200 + w);
+    uint64_t seq = 0;
+    while (producing) {
+      const int port = chaos.PickPort(rng, /*http=*/true);
+      if (port == 0) continue;
+      const json job = {{"delay", (++seq % 5) * 250},
+                        {"body", {{"w", w}, {"seq", seq}}},
+                        {"target", {{"url", rx.url("/push")}}}};
+      HttpReply r = HttpCall(port, "POST", "/v1/topics/pushes/jobs", job.dump());
+      if (r.status != 201) {
+        ++retries;
+        continue;
+      }
+      std::lock_guard lock(mu);
+      pushed.insert(r.json()["id"].get<uint64_t>());
+      std::this_thread::sleep_for(5ms);
+    }
+  };
+  // A timer firing every second, its jobs pushed to the receiver too.
+  HttpReply timer = HttpCall(chaos.node("n2").http_port(), "POST", "/v1/timers",
+                             json{{"name", "chaos-tick"},
+                                  {"topic", "ticks"},
+                                  {"schedule", "* * * * * *"},
+                                  {"template", {{"target", {{"url", rx.url("/tick")}}}}}}
+                                 .dump());
+  ASSERT_EQ(timer.status, 201) << timer.body;
+  const std::string timer_id = std::to_string(timer.json()["id"].get<uint64_t>());
+
   std::vector<std::thread> workers;
   // The workers stop and are joined however the test ends.
   struct Join {
@@ -216,6 +252,7 @@ TEST(ClusterChaosTest, NoAcknowledgedJobIsLostWhileNodesDieStallAndComeAndGo) {
   } join{producing, consuming, workers};
   for (int w = 0; w < 3; ++w) workers.emplace_back(producer, w);
   for (int w = 0; w < 3; ++w) workers.emplace_back(consumer, w);
+  for (int w = 0; w < 2; ++w) workers.emplace_back(pusher, w);
 
   std::mt19937 rng(42);
   auto pick = [&](const std::vector<std::string>& from) {
@@ -268,9 +305,14 @@ TEST(ClusterChaosTest, NoAcknowledgedJobIsLostWhileNodesDieStallAndComeAndGo) {
     ASSERT_TRUE(chaos.OwnedBy("n1", {core.begin(), core.end()}, 15s)) << "cycle " << cycle;
   }
   producing = false;
+  // The timer stops through another node than the one that made it.
+  const int64_t timer_deleted_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count();
+  ASSERT_EQ(HttpCall(chaos.node("n3").http_port(), "DELETE", "/v1/timers/" + timer_id).status, 204);
 
   // Every acknowledged put is reserved, and the tube drained, sooner or
-  // later.
+  // later; every push job and timer fire delivered and recorded.
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   auto unreserved = [&] {
     std::lock_guard lock(mu);
@@ -282,7 +324,13 @@ TEST(ClusterChaosTest, NoAcknowledgedJobIsLostWhileNodesDieStallAndComeAndGo) {
     auto rows = Query(db.uri(), "SELECT count(*) FROM jobs WHERE tube='chaos' AND state<>3");
     return rows.empty() ? -1 : std::stoll(rows[0][0]);
   };
-  while ((unreserved() > 0 || left() != 0) && std::chrono::steady_clock::now() < deadline) {
+  auto undone = [&] {
+    auto rows =
+        Query(db.uri(), "SELECT count(*) FROM jobs WHERE tube IN ('pushes', 'ticks') AND state<>3");
+    return rows.empty() ? -1 : std::stoll(rows[0][0]);
+  };
+  while ((unreserved() > 0 || left() != 0 || undone() != 0) &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(200ms);
   }
   consuming = false;
@@ -322,6 +370,58 @@ TEST(ClusterChaosTest, NoAcknowledgedJobIsLostWhileNodesDieStallAndComeAndGo) {
     }
   }
   EXPECT_EQ(lost, 0u);
+
+  // Push jobs and timer fires: each delivery of a job came before its
+  // success was recorded (its done time), never after; each acknowledged
+  // push job was delivered, and is done.
+  std::map<uint64_t, std::vector<int64_t>> deliveries;  // job -> when it came (ms)
+  for (const Received& r : rx.received()) {
+    deliveries[std::stoull(r.headers.at("delayd-job-id"))].push_back(
+        std::chrono::duration_cast<std::chrono::milliseconds>(r.at.time_since_epoch()).count());
+  }
+  std::map<uint64_t, int64_t> done_at;
+  for (const auto& r : Query(db.uri(),
+                             "SELECT id, done_ms FROM jobs WHERE tube IN ('pushes', "
+                             "'ticks') AND state=3")) {
+    done_at[std::stoull(r[0])] = std::stoll(r[1]);
+  }
+  size_t redelivered = 0, after_success = 0, undelivered = 0;
+  for (const auto& [id, times] : deliveries) {
+    redelivered += times.size() > 1 ? 1 : 0;
+    auto done = done_at.find(id);
+    for (int64_t at : times) {
+      if (done != done_at.end() && at > done->second) {
+        ++after_success;
+        ADD_FAILURE() << "job " << id << " delivered at " << at << ", after its success was "
+                      << "recorded at " << done->second;
+      }
+    }
+  }
+  for (uint64_t id : pushed) {
+    if (!deliveries.count(id) || !done_at.count(id)) ++undelivered;
+  }
+  EXPECT_EQ(undelivered, 0u) << "acknowledged push jobs never delivered, or not done";
+  EXPECT_GT(pushed.size(), 50u) << "the push load did not run";
+  // The timer's fires: one job per second from the first to the last, none
+  // twice (the keys are unique per fire time, and so is the count).
+  const auto fires = Query(db.uri(),
+                           "SELECT count(*), count(DISTINCT key), coalesce((max(run_at_ms) - "
+                           "min(run_at_ms)) / 1000 + 1, 0), coalesce(max(run_at_ms), 0) FROM jobs "
+                           "WHERE key LIKE 'timer:" +
+                               timer_id + ":%'");
+  ASSERT_FALSE(fires.empty());
+  // It fired until it was deleted (through every failover).
+  EXPECT_GT(std::stoll(fires[0][3]), timer_deleted_ms - 3000)
+      << "the timer stopped firing " << timer_deleted_ms - std::stoll(fires[0][3])
+      << " ms before its delete";
+  EXPECT_EQ(fires[0][0], fires[0][1]) << "a fire time made two jobs";
+  EXPECT_EQ(fires[0][0], fires[0][2]) << "fire times were skipped";
+  EXPECT_GT(std::stoll(fires[0][0]), 10) << "the timer did not run";
+  std::printf(
+      "chaos: %zu acknowledged push jobs and %s timer fires (one per second, none twice, none "
+      "skipped) delivered; %zu delivered more than once (a node died or stalled mid-delivery), "
+      "%zu after their success was recorded\n",
+      pushed.size(), fires[0][0].c_str(), redelivered, after_success);
   if (left() != 0) {
     std::string rows;
     for (const auto& r : Query(db.uri(),

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/time_format.h"
 #include "store/testing/pg_test_db.h"
 #include "support/client.h"
 #include "support/http.h"
@@ -284,15 +285,105 @@ TEST_F(ClusterTest, PeeksStatsKicksAndPausesSeeTheWholeCluster) {
   std::string stats = a.Cmd("stats");
   EXPECT_EQ(Field(stats, "current-jobs-ready"), "1");
   EXPECT_EQ(Field(stats, "current-jobs-reserved"), "1");
-  // Push delivery is not in cluster mode yet: refused, nothing kept.
-  HttpReply push =
-      HttpCall(nodes_["n1"]->http_port(), "POST", "/v1/topics/t/jobs",
-               json{{"body", 1}, {"target", {{"url", "http://127.0.0.1:9/x"}}}}.dump());
-  EXPECT_EQ(push.status / 100, 4) << push.body;
-  EXPECT_NE(push.body.find("cluster mode"), std::string::npos) << push.body;
   json http = HttpCall(nodes_["n1"]->http_port(), "GET", "/v1/stats").json();
   EXPECT_EQ(http["jobs"]["ready"], 1) << http.dump();
   EXPECT_EQ(http["jobs"]["reserved"], 1) << http.dump();
+}
+
+// Push jobs submitted through every node, due now or within two seconds,
+// are each delivered once, by the owner of their shard, never before their
+// due time; a consumer of the same topic never gets one.
+TEST_F(ClusterTest, PushJobsPutThroughEveryNodeAreDeliveredOnceOnTime) {
+  const std::vector<std::string> ids = {"n1", "n2", "n3"};
+  for (const auto& id : ids) Start(id);
+  ASSERT_TRUE(Settled(*nodes_["n1"], {ids.begin(), ids.end()}));
+  Receiver rx;
+  constexpr int kPerNode = 40;
+  std::map<uint64_t, int64_t> due;  // job -> due ms
+  for (int i = 0; i < kPerNode; ++i) {
+    for (const auto& id : ids) {
+      HttpReply r = HttpCall(nodes_[id]->http_port(), "POST", "/v1/topics/hooks/jobs",
+                             json{{"delay", (i % 5) * 400},
+                                  {"body", {{"via", id}, {"i", i}}},
+                                  {"target", {{"url", rx.url("/hook")}}}}
+                                 .dump());
+      ASSERT_EQ(r.status, 201) << r.body;
+      json job = r.json();
+      due[job["id"].get<uint64_t>()] = ParseRfc3339(job["due_at"].get<std::string>()).value();
+    }
+  }
+  Client pull(nodes_["n2"]->port());
+  pull.Cmd("watch hooks");
+  EXPECT_EQ(pull.Cmd("reserve-with-timeout 0"), "TIMED_OUT\r\n");
+  ASSERT_TRUE(rx.WaitFor([&](auto& v) { return v.size() >= due.size(); }, 20s))
+      << rx.count() << " of " << due.size() << " delivered";
+  std::map<uint64_t, int> times;
+  int64_t latest = 0;
+  for (const Received& r : rx.received()) {
+    const uint64_t id = std::stoull(r.headers.at("delayd-job-id"));
+    ++times[id];
+    const int64_t at =
+        std::chrono::duration_cast<std::chrono::milliseconds>(r.at.time_since_epoch()).count();
+    EXPECT_GE(at, due.at(id)) << "job " << id << " delivered before its due time";
+    latest = std::max(latest, at - due.at(id));
+  }
+  for (const auto& [id, n] : times) EXPECT_EQ(n, 1) << "job " << id << " delivered " << n << "x";
+  EXPECT_EQ(times.size(), due.size());
+  std::printf("push jobs through 3 nodes: %zu delivered once each, at most %lld ms late\n",
+              times.size(), static_cast<long long>(latest));
+  // Each success is recorded, and nothing is delivered again.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto rows = Query(db_.uri(), "SELECT count(*) FROM jobs WHERE tube='hooks' AND state<>3");
+        return !rows.empty() && rows[0][0] == "0";
+      },
+      10s));
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(rx.count(), due.size());
+  EXPECT_EQ(pull.Cmd("reserve-with-timeout 0"), "TIMED_OUT\r\n");
+}
+
+// A timer created through one node fires on the owner of its shard, once
+// per fire time and none skipped; every node sees its fires, and a delete
+// through another node stops it.
+TEST_F(ClusterTest, ATimerCreatedThroughOneNodeFiresOncePerFireTime) {
+  const std::vector<std::string> ids = {"n1", "n2", "n3"};
+  for (const auto& id : ids) Start(id);
+  ASSERT_TRUE(Settled(*nodes_["n1"], {ids.begin(), ids.end()}));
+  HttpReply made = HttpCall(nodes_["n2"]->http_port(), "POST", "/v1/timers",
+                            json{{"name", "every-second"},
+                                 {"topic", "ticks"},
+                                 {"schedule", "* * * * * *"},
+                                 {"template", {{"body", "tick"}}}}
+                                .dump());
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string id = std::to_string(made.json()["id"].get<uint64_t>());
+  Client c(nodes_["n3"]->port());
+  c.Cmd("watch ticks");
+  c.Cmd("ignore default");
+  for (int i = 0; i < 4; ++i) {
+    std::string r = c.Cmd("reserve-with-timeout 5", 10s);
+    ASSERT_EQ(r.rfind("RESERVED", 0), 0u) << r;
+    EXPECT_EQ(c.Cmd("delete " + std::to_string(Number(r))), "DELETED\r\n");
+  }
+  HttpReply gone = HttpCall(nodes_["n1"]->http_port(), "DELETE", "/v1/timers/" + id);
+  ASSERT_EQ(gone.status, 204) << gone.body;
+  const auto fires =
+      Query(db_.uri(),
+            "SELECT count(*), count(DISTINCT key) FROM jobs WHERE key LIKE 'timer:" + id + ":%'");
+  // Fires were consecutive seconds: as many jobs as distinct fire times
+  // between the first and the last.
+  const auto span = Query(db_.uri(),
+                          "SELECT count(*), (max(run_at_ms) - min(run_at_ms)) / 1000 + 1 FROM "
+                          "jobs WHERE key LIKE 'timer:" +
+                              id + ":%'");
+  ASSERT_FALSE(span.empty());
+  EXPECT_EQ(fires[0][0], fires[0][1]) << "a fire time made two jobs";
+  EXPECT_EQ(span[0][0], span[0][1]) << "a fire time was skipped";
+  std::this_thread::sleep_for(2500ms);
+  const auto after = Query(db_.uri(), "SELECT count(*) FROM jobs WHERE key LIKE 'timer:" + id +
+                                          ":%' AND run_at_ms > " + std::to_string(WallMs() - 1500));
+  EXPECT_EQ(after[0][0], "0") << "fired after its delete";
 }
 
 TEST_F(ClusterTest, ANodeStoppedWithSigtermHandsItsShardsOverAtOnce) {

@@ -15,11 +15,6 @@ using store::Mutation;
 using store::StoredState;
 
 namespace {
-// Push delivery in cluster mode moves to the shards' owners
-// (doc/cluster.md), which is not built yet: a push job is refused rather
-// than kept undelivered.
-const Status kNoPushInCluster =
-    Status::InvalidArgument("push targets are not delivered in cluster mode yet");
 constexpr uint64_t kMaxClusterKick = 100'000;
 }  // namespace
 
@@ -28,9 +23,6 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
   if (draining_) {
     done(Status::Unavailable("draining"));
     return;
-  }
-  if (shared_ != nullptr && c->use->settings && c->use->settings->target) {
-    return done(kNoPushInCluster);
   }
   if (ids_ != nullptr && ids_->available() == 0) {
     // Cluster mode: the next block of ids is on its way; puts wait in order.
@@ -60,6 +52,7 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
     int64_t unused_ttr = ttr_ms;
     ApplyDefaults(c->use, spec, unused_ttr);
     r.spec = EncodeSpec(spec);
+    r.push = spec.target.has_value();
   }
   Job* j = AddJob(r, JobState::kPending);
   j->due_us = due_us;
@@ -157,12 +150,6 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
     return;
   }
   const Tube* tube = FindTube(topic);
-  if (shared_ != nullptr) {
-    const bool topic_pushes = tube != nullptr && tube->settings && tube->settings->target;
-    for (const NewJob& n : jobs) {
-      if (topic_pushes || n.spec.target) return done(kNoPushInCluster);
-    }
-  }
   const int64_t now_us = clock_.WallMicros();
   const int64_t now_ms = now_us / 1000;
   std::vector<Submitted> out(jobs.size());
@@ -217,6 +204,7 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
     r.created_ms = now_ms;
     r.key = std::move(n.key);
     r.spec = EncodeSpec(n.spec);
+    r.push = n.spec.target.has_value();
     if (!spec || r.spec != spec_text) {
       spec = std::make_shared<const JobSpec>(std::move(n.spec));
       spec_text = r.spec;
@@ -545,8 +533,21 @@ void Engine::SettleHttp(uint64_t id, uint32_t lease, Settle how, std::optional<u
 
 std::optional<PushLease> Engine::TakePush(const std::string& topic) {
   Tube* t = FindTube(topic);
-  if (t == nullptr || Paused(t) || t->push_ready.empty()) return std::nullopt;
-  Job* j = *t->push_ready.begin();
+  Job* j = nullptr;
+  if (t != nullptr && !Paused(t)) {
+    for (Job* ready : t->push_ready) {
+      // In cluster mode a push job is this node's once claimed for it; one
+      // made ready here is being written back, for its shard's owner.
+      if (shared_ == nullptr || ready->claimed) {
+        j = ready;
+        break;
+      }
+    }
+  }
+  if (j == nullptr) {
+    if (shared_ != nullptr) ClaimPush(topic);
+    return std::nullopt;
+  }
   // The reservation outlives the request's own timeout, so it runs out only
   // when the dispatcher is gone (it then returns to ready and is redelivered).
   Hold(j, push_holder_, j->extra->spec->target->timeout_ms + options_.push_ttr_margin_ms);

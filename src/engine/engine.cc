@@ -27,6 +27,7 @@ Engine::Engine(store::Store& store, const Clock& clock, EngineOptions options, W
       origin_us_(clock.SteadyMicros() - clock.WallMicros() % 1000 - 1000),
       wheel_(NowTick()) {
   loader_timer_.kind = TimerKind::kLoader;
+  push_retry_timer_.kind = TimerKind::kPushRetry;
   FindOrMakeTube(kDefaultTube)->permanent = true;
   // Internal holders of reservations: they use and watch no tube, so they
   // never show in beanstalk stats, and never wait.
@@ -212,6 +213,7 @@ JobRecord Engine::Record(const Job& j) const {
   r.created_ms = j.created_ms;
   r.run_at_ms = j.run_at_ms;
   r.counters = j.counters;
+  r.push = j.push();
   if (shared_ != nullptr && j.state == JobState::kReserved) {
     r.reserved_by = shared_->node_id();
     r.deadline_ms = clock_.WallMillis() + (j.deadline_us - clock_.SteadyMicros()) / 1000;

@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -115,8 +116,15 @@ class Engine {
   // Recover; all three must outlive the engine.
   void JoinCluster(store::SharedQueue& queue, cluster::Claimer& claimer, cluster::IdBlocks& ids);
   bool clustered() const { return shared_ != nullptr; }
-  // Cluster mode: notices heard from the database (a tube changed).
+  // Cluster mode: notices heard from the database (a tube changed, push jobs
+  // of an owned shard became ready).
   void Hear(const std::vector<store::Notice>& notices);
+  // Cluster mode: the shards this node owns now; their ready push jobs are
+  // its dispatcher's (TakePush claims them).
+  void SetOwnedShards(std::vector<int> shards);
+  // Cluster mode, at shutdown: push jobs claimed for the dispatcher and not
+  // yet taken go back to ready, for the shards' next owners.
+  void ReturnClaimed();
 
   // Rebuilds memory from the store (in cluster mode, only tubes' pauses and
   // settings). Call once, before anything else.
@@ -252,7 +260,9 @@ class Engine {
 
   // --- push delivery ---
   // Reserves the topic's next due push job for the dispatcher; nullopt when
-  // none is ready or the topic is paused.
+  // none is ready or the topic is paused. In cluster mode, when it has none,
+  // it claims the topic's push jobs of the owned shards and emits a ready
+  // event (push) once they are in.
   std::optional<PushLease> TakePush(const std::string& topic);
   // Records a delivery: `a.number` names the lease (kConflict when it ran
   // out), `a.outcome` what follows: the job finishes (kOk), is delayed by
@@ -439,6 +449,15 @@ class Engine {
   void CountShared(std::optional<std::string> tube, Reply<std::vector<store::TubeCount>> done);
   // Writes a held job's return to ready (ttr, disconnect) in cluster mode.
   void WriteRequeued(Job* j);
+  // Push jobs in cluster mode (shared_push.cc): the topics whose push jobs
+  // a claim should look for, claims for the dispatcher, and their retries.
+  void ReadPushTubes(std::vector<int> shards);
+  void WantPush(const std::string& topic);
+  void EmitPushReady(const std::string& topic);
+  void ClaimPush(const std::string& topic);
+  void PushClaimed(const std::string& topic, size_t limit,
+                   Result<std::vector<store::JobRecord>> rows);
+  void RetryPush();
 
   // Waiters.
   void Serve(Tube* t);
@@ -459,6 +478,16 @@ class Engine {
   // Claims answered for a client while the job was still in memory (a write
   // of it pending): adopted once it leaves.
   std::unordered_map<uint64_t, std::pair<Client*, store::JobRecord>> adopt_after_;
+  std::set<int> owned_;  // shards this node owns (their push jobs are its own)
+  // Per topic whose push jobs this node claims: a claim is in flight, or
+  // another is wanted (a notice came, or the last claim came back full).
+  struct PushClaims {
+    bool claiming = false;
+    bool more = false;
+  };
+  std::map<std::string, PushClaims> push_claims_;
+  bool push_rescan_ = false;  // the push topics of owned shards must be read again
+  EngineTimer push_retry_timer_;
   const Clock& clock_;
   const EngineOptions options_;
   WakeFn wake_;

@@ -36,8 +36,13 @@ void Engine::Hear(const std::vector<store::Notice>& notices) {
   if (shared_ == nullptr) return;
   for (const store::Notice& n : notices) {
     if (n.kind == store::Notice::Kind::kTube) ReadTubes(n.tube);
-    // Notices may have been missed: every tube is read again.
-    if (n.kind == store::Notice::Kind::kListening) ReadTubes(std::nullopt);
+    if (n.kind == store::Notice::Kind::kPush && owned_.count(n.shard) != 0) WantPush(n.tube);
+    // Notices may have been missed: every tube is read again, and the
+    // topics with push jobs ready in the owned shards.
+    if (n.kind == store::Notice::Kind::kListening) {
+      ReadTubes(std::nullopt);
+      if (!owned_.empty()) ReadPushTubes({owned_.begin(), owned_.end()});
+    }
   }
 }
 

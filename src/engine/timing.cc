@@ -88,6 +88,9 @@ void Engine::Fire(EngineTimer* t) {
     case TimerKind::kLoader:
       LoadStep();
       break;
+    case TimerKind::kPushRetry:
+      RetryPush();
+      break;
   }
 }
 

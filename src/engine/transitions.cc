@@ -13,6 +13,7 @@ using store::StoredState;
 
 void Engine::Detach(Job* j) {
   Tube* t = j->tube;
+  j->claimed = false;
   switch (j->state) {
     case JobState::kReady:
       (j->push() ? t->push_ready : t->ready).erase(j);

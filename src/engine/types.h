@@ -22,7 +22,7 @@ struct Client;
 
 // What a timer belongs to. EngineTimer is standard-layout with the node first,
 // so the wheel's TimerNode* converts back to it.
-enum class TimerKind : uint8_t { kJob, kClient, kTube, kLoader };
+enum class TimerKind : uint8_t { kJob, kClient, kTube, kLoader, kPushRetry };
 struct EngineTimer {
   wheel::TimerNode node;
   TimerKind kind = TimerKind::kJob;
@@ -70,6 +70,9 @@ struct Job {
   // Cluster mode: the row's version, which the job's next write requires
   // (each write raises it by one).
   uint64_t version = 0;
+  // Cluster mode: a ready push job claimed for this node's dispatcher (the
+  // row is reserved by this node). Any transition clears it (Detach).
+  bool claimed = false;
 
   // A push job is delivered by the dispatcher; pull consumers never see it.
   bool push() const { return extra && extra->spec && extra->spec->target; }

@@ -9,6 +9,7 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <utility>
 
@@ -187,21 +188,19 @@ Status Server::Start() {
   target_policy_ = std::make_unique<delivery::TargetPolicy>(std::move(*policy));
   http_client_ = std::make_unique<delivery::HttpClient>(
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); }, 1024, *target_policy_);
-  // Cluster mode: push delivery and timers move to the owners of their
-  // shards (doc/cluster.md), not built yet; a node runs neither, so that no
-  // two nodes deliver one job or fire one timer.
-  if (!engine_->clustered()) {
-    dispatcher_ = std::make_unique<delivery::Dispatcher>(
-        io_, *engine_, *http_client_, clock_,
-        delivery::DispatcherOptions{.max_in_flight = config_.max_deliveries,
-                                    .topic_concurrency = config_.topic_concurrency});
-    dispatcher_->Start();
-    timers_ = std::make_unique<timer::TimerService>(
-        *store_, *engine_, clock_,
-        timer::TimerOptions{.misfire_grace_ms = config_.timer_misfire_grace_ms},
-        [this](int64_t wall_ms) { ArmTimers(wall_ms); });
-    if (Status s = timers_->Start(); !s.ok()) return s;
-  }
+  // In cluster mode both work on the owned shards' jobs and timers only,
+  // which the engine and the timer service learn with each lease round.
+  dispatcher_ = std::make_unique<delivery::Dispatcher>(
+      io_, *engine_, *http_client_, clock_,
+      delivery::DispatcherOptions{.max_in_flight = config_.max_deliveries,
+                                  .topic_concurrency = config_.topic_concurrency});
+  dispatcher_->Start();
+  timers_ = std::make_unique<timer::TimerService>(
+      *store_, *engine_, clock_,
+      timer::TimerOptions{.misfire_grace_ms = config_.timer_misfire_grace_ms},
+      [this](int64_t wall_ms) { ArmTimers(wall_ms); });
+  if (store::SharedQueue* q = store_->shared()) timers_->JoinCluster(*q);
+  if (Status s = timers_->Start(); !s.ok()) return s;
   if (config_.http != "off") {
     http::ApiOptions ao;
     ao.token = config_.api_token;
@@ -312,8 +311,10 @@ void Server::Shutdown() {
 }
 
 void Server::WaitForQuiet(int attempts_left) {
-  const size_t busy =
-      listener_->BusySessions() + (http_server_ ? http_server_->busy_connections() : 0);
+  // Deliveries in flight record their outcomes before the store closes.
+  const size_t busy = listener_->BusySessions() +
+                      (http_server_ ? http_server_->busy_connections() : 0) +
+                      (dispatcher_ ? dispatcher_->stats().in_flight : 0);
   if (busy > 0 && attempts_left > 0) {
     shutdown_timer_.expires_after(std::chrono::milliseconds(kDrainPollMs));
     shutdown_timer_.async_wait(
@@ -322,6 +323,9 @@ void Server::WaitForQuiet(int attempts_left) {
   }
   listener_->CloseAll();
   if (http_server_) http_server_->CloseAll();
+  // Push jobs claimed for the dispatcher and never taken go to the shards'
+  // next owners now, not after their ttr.
+  if (engine_->clustered()) engine_->ReturnClaimed();
   store_->Close();
   // The last writes as an owner are answered: the shards go to the other
   // nodes at their next round, not after the lease runs out.
@@ -343,6 +347,7 @@ Status Server::StartCluster(const std::string& beanstalk, const std::string& htt
     shard_clock_->Hear(notices);
     claimer_->Hear(notices);
     engine_->Hear(notices);
+    timers_->Hear(notices);
   });
   if (!s.ok()) return s;
   auto member = cluster::Member::Start(
@@ -352,7 +357,17 @@ Status Server::StartCluster(const std::string& beanstalk, const std::string& htt
        .beanstalk = beanstalk,
        .http = http},
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); },
-      [this](std::vector<cluster::Lease> held) { shard_clock_->SetLeases(held); });
+      [this](std::vector<cluster::Lease> held) {
+        shard_clock_->SetLeases(held);
+        std::vector<int> shards;
+        std::map<int, int64_t> epochs;
+        for (const cluster::Lease& l : held) {
+          shards.push_back(l.shard);
+          epochs[l.shard] = l.epoch;
+        }
+        engine_->SetOwnedShards(std::move(shards));
+        timers_->SetOwnedShards(std::move(epochs));
+      });
   if (!member.ok()) return member.status();
   member_ = std::move(member).value();
   ScheduleFigures();
@@ -373,6 +388,7 @@ void Server::ScheduleFigures() {
   const cluster::ClaimerStats c = claimer_->stats();
   const cluster::ShardClockStats k = shard_clock_->stats();
   const engine::EngineStats e = engine_->Stats();
+  const delivery::DispatcherStats d = dispatcher_->stats();
   nlohmann::json figures = {
       {"connections", listener_->sessions()},
       {"waiting", e.waiting},
@@ -387,6 +403,10 @@ void Server::ScheduleFigures() {
       {"promoted", k.promoted},
       {"fencing_refusals", k.fencing_refusals},
       {"owner_write_errors", k.write_errors},
+      {"deliveries_in_flight", d.in_flight},
+      {"delivered", d.delivered},
+      {"delivery_failures", d.failed},
+      {"timers_held", timers_->loaded()},
   };
   member_->SetFigures(figures.dump());
   figures_timer_.expires_after(std::chrono::seconds(1));

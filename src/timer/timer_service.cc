@@ -52,9 +52,11 @@ Status TimerService::Start() {
     if (t != loaded_.end() && t->second.last_job_id == e.job_id) t->second.last_job_id = 0;
     timer_of_job_.erase(job);
   });
-  Result<uint64_t> next = store_.NextTimerId();
-  if (!next.ok()) return next.status();
-  next_id_ = *next;
+  if (shared_ == nullptr) {
+    Result<uint64_t> next = store_.NextTimerId();
+    if (!next.ok()) return next.status();
+    next_id_ = *next;
+  }
   Load(clock_.WallMillis());
   ArmWake();
   return Status::Ok();
@@ -138,14 +140,17 @@ void TimerService::Load(int64_t now_ms) {
   const int64_t from_ms = loaded_until_ms_ - 1;
   // The first load takes every overdue timer.
   const uint64_t after_id = loaded_until_ms_ == 0 ? 0 : static_cast<uint64_t>(INT64_MAX);
+  std::vector<int> shards;  // cluster mode: the owned ones
+  for (const auto& [shard, epoch] : owned_) shards.push_back(shard);
   Aside(
-      [&store = store_, from_ms, after_id, until,
+      [&store = store_, q = shared_, shards, from_ms, after_id, until,
        chunk = options_.load_chunk]() mutable -> Result<std::vector<Row>> {
         std::vector<Row> rows;
         int64_t from = from_ms;
         uint64_t after = after_id;
         for (;;) {
-          auto page = store.TimersDue(from, after, until, chunk);
+          auto page = q != nullptr ? q->TimersDueOf(shards, from, after, until, chunk)
+                                   : store.TimersDue(from, after, until, chunk);
           if (!page.ok()) return page.status();
           for (TimerRecord& r : *page) {
             from = r.next_fire_ms;
@@ -155,13 +160,14 @@ void TimerService::Load(int64_t now_ms) {
           if (page->size() < chunk) return rows;
         }
       },
-      [this, until, now_ms](Result<std::vector<Row>> rows, uint64_t since) {
-        LoadRead(std::move(rows), since, until, now_ms);
+      [this, until, now_ms, generation = owned_generation_](Result<std::vector<Row>> rows,
+                                                            uint64_t since) {
+        LoadRead(std::move(rows), since, until, now_ms, generation);
       });
 }
 
 void TimerService::LoadRead(Result<std::vector<Row>> rows, uint64_t since, int64_t until,
-                            int64_t now_ms) {
+                            int64_t now_ms, uint64_t owned_generation) {
   loading_ = false;
   if (!rows.ok()) {
     if (!load_failing_) {
@@ -174,7 +180,8 @@ void TimerService::LoadRead(Result<std::vector<Row>> rows, uint64_t since, int64
     return;
   }
   std::vector<uint64_t> again = HoldRows(*rows, since, until);
-  loaded_until_ms_ = until;
+  // Shards taken meanwhile were not in this read: their window is not loaded.
+  if (owned_generation == owned_generation_) loaded_until_ms_ = until;
   // A timer changed meanwhile and let go (its next fire was beyond the old
   // window) may fire within the new one: read it again.
   for (uint64_t id : changed_.ChangedIdsSince(since)) {
@@ -244,7 +251,7 @@ void TimerService::HoldRow(const Row& row, int64_t window_end_ms) {
 void TimerService::Hold(const TimerRecord& record, std::shared_ptr<const Compiled> compiled,
                         uint64_t last_job_id, int64_t window_end_ms) {
   if (window_end_ms == 0) window_end_ms = loaded_until_ms_;
-  if (record.next_fire_ms == 0 || record.next_fire_ms >= window_end_ms) {
+  if (record.next_fire_ms == 0 || record.next_fire_ms >= window_end_ms || !Owns(record.id)) {
     Drop(record.id);
     return;
   }
@@ -333,6 +340,14 @@ void TimerService::FireNow(Loaded& t, int64_t now, bool still_running) {
   const Compiled& c = *t.compiled;
   const TimerSpec& spec = c.spec;
   const uint64_t id = t.record.id;
+  // Cluster mode: the advance commits only while this node holds the
+  // shard's lease (else the whole fire is refused, and nothing created).
+  store::change::Fence fence;
+  if (!Owns(id, &fence)) return Drop(id);
+  auto advance = [this, id, fence](int64_t next, int64_t last, std::vector<TimerFire> records) {
+    Mutation m = Mutation::TimerAdvance(id, next, last, std::move(records));
+    return shared_ != nullptr ? std::move(m).FencedBy(fence) : m;
+  };
   const int64_t first = t.record.next_fire_ms;
   const int64_t missed_before = now - options_.misfire_grace_ms;
   std::vector<int64_t> fire_times;
@@ -368,7 +383,7 @@ void TimerService::FireNow(Loaded& t, int64_t now, bool still_running) {
   t.in_flight = true;
   const uint64_t generation = t.generation;
   if (fire_times.empty()) {
-    store_.Submit(Mutation::TimerAdvance(id, next, last, std::move(records)),
+    store_.Submit(advance(next, last, std::move(records)),
                   [this, id, generation, next, last](const Status& s) {
                     Fired(id, generation, s, next, last, 0);
                   });
@@ -389,15 +404,15 @@ void TimerService::FireNow(Loaded& t, int64_t now, bool still_running) {
       [this, id, generation, next, last, fired_job](Result<std::vector<engine::Submitted>> r) {
         Fired(id, generation, r.status(), next, last, *fired_job);
       },
-      [id, next, last, now, fire_times, records = std::move(records),
-       fired_job](const std::vector<engine::Submitted>& out) mutable {
+      [id, next, last, now, fire_times, records = std::move(records), fired_job,
+       advance](const std::vector<engine::Submitted>& out) mutable {
         for (size_t i = 0; i < out.size(); ++i) {
           records.push_back(
               {id, fire_times[i], out[i].id, out[i].duplicate ? "duplicate" : "created", now});
           *fired_job = out[i].id;
         }
         std::vector<Mutation> ms;
-        ms.push_back(Mutation::TimerAdvance(id, next, last, std::move(records)));
+        ms.push_back(advance(next, last, std::move(records)));
         return ms;
       });
 }
@@ -417,6 +432,12 @@ void TimerService::Fired(uint64_t id, uint64_t generation, const Status& s, int6
     } else {
       Queue(t, next_ms - Lead(t.record));
     }
+  } else if (store::change::IsFencedRefusal(s)) {
+    // The lease moved before this node heard: the shard's timers are the
+    // next owner's, and none of them fires here until the lease is held again.
+    spdlog::info("timers: timer {} is the shard's next owner's (lease lost)", id);
+    if (store::change::Fence fence; Owns(id, &fence)) refused_[fence.shard] = fence.epoch;
+    Drop(id);
   } else if (s.code() == StatusCode::kConflict) {
     // The store knows better (this fire time was recorded, or the timer is
     // gone): take its row as it is.
@@ -468,14 +489,23 @@ void TimerService::Create(std::string name, TimerSpec spec, InfoDone done) {
        done = std::move(done)](Result<std::optional<TimerRecord>> taken) mutable {
         if (!taken.ok()) return done(taken.status());
         if (taken->has_value()) return done(NameTaken());
-        TimerRecord r;
-        r.id = next_id_++;
-        r.name = std::move(name);
-        r.definition = EncodeTimerSpec(spec);
-        r.created_ms = clock_.WallMillis();
-        r.next_fire_ms = spec.active ? NextFire(*compiled, r.created_ms, r.created_ms) : 0;
-        Put(std::move(r), compiled, std::move(done));
+        NewId([this, name = std::move(name), spec, compiled,
+               done = std::move(done)](Result<uint64_t> id) mutable {
+          if (!id.ok()) return done(id.status());
+          TimerRecord r;
+          r.id = *id;
+          r.name = std::move(name);
+          r.definition = EncodeTimerSpec(spec);
+          r.created_ms = clock_.WallMillis();
+          r.next_fire_ms = spec.active ? NextFire(*compiled, r.created_ms, r.created_ms) : 0;
+          Put(std::move(r), compiled, std::move(done));
+        });
       });
+}
+
+void TimerService::NewId(std::function<void(Result<uint64_t>)> done) {
+  if (shared_ == nullptr) return done(next_id_++);
+  shared_->TakeTimerId(std::move(done));
 }
 
 void TimerService::Replace(uint64_t id, std::string name, TimerSpec spec, InfoDone done) {
@@ -558,6 +588,61 @@ void TimerService::List(uint64_t after_id, size_t limit, ListDone done) {
         }
         done(std::move(out));
       });
+}
+
+// ---------------------------------------------------------------- cluster mode
+
+bool TimerService::Owns(uint64_t id, store::change::Fence* fence) const {
+  if (shared_ == nullptr) return true;
+  const int shard = shared_->TimerShardOf(id);
+  auto it = owned_.find(shard);
+  if (it == owned_.end()) return false;
+  if (auto r = refused_.find(shard); r != refused_.end() && r->second == it->second) return false;
+  if (fence != nullptr) *fence = {shard, it->second};
+  return true;
+}
+
+void TimerService::SetOwnedShards(std::map<int, int64_t> owned) {
+  if (shared_ == nullptr) return;
+  bool gained = false;
+  for (const auto& [shard, epoch] : owned) {
+    auto it = owned_.find(shard);
+    gained = gained || it == owned_.end() || it->second != epoch;
+  }
+  owned_ = std::move(owned);
+  std::erase_if(refused_, [&](const auto& r) {
+    auto it = owned_.find(r.first);
+    return it == owned_.end() || it->second != r.second;
+  });
+  // A shard held again at a new epoch may have been fired by another node
+  // meanwhile: its timers are let go and read again with the rest.
+  std::vector<uint64_t> gone;
+  for (const auto& [id, t] : loaded_) {
+    if (gained || !Owns(id)) gone.push_back(id);
+  }
+  for (uint64_t id : gone) Drop(id);
+  if (gained) {
+    ++owned_generation_;
+    loaded_until_ms_ = 0;  // the next tick loads the window again
+  }
+  ArmWake(true);
+}
+
+void TimerService::Hear(const std::vector<store::Notice>& notices) {
+  if (shared_ == nullptr) return;
+  std::vector<uint64_t> changed;
+  for (const store::Notice& n : notices) {
+    if (n.kind == store::Notice::Kind::kListening) {
+      // Notices may have been missed: the whole window is read again.
+      loaded_until_ms_ = 0;
+      ArmWake(true);
+    }
+    if (n.kind == store::Notice::Kind::kTimer && Owns(n.id)) changed.push_back(n.id);
+  }
+  if (changed.empty()) return;
+  // Changed through some node (this one included): its row says how now.
+  for (uint64_t id : changed) Drop(id);
+  Reload(std::move(changed));
 }
 
 void TimerService::Fires(uint64_t id, size_t limit, FiresDone done) {

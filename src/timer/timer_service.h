@@ -14,6 +14,11 @@
 // event loop never waits for them. A row read while the timer changed (the
 // API, or a fire) may be older than the change, so such rows are read again.
 //
+// In cluster mode (JoinCluster) a node holds and fires only the timers of
+// the shards it owns, each fire fenced by its shard's lease; any node may
+// create, change or delete a timer, and the owner hears of it
+// (doc/cluster.md, "Timers on their shard's owner").
+//
 // Threading: the engine's loop thread only.
 #pragma once
 
@@ -29,6 +34,7 @@
 #include "common/clock.h"
 #include "cron/schedule.h"
 #include "engine/engine.h"
+#include "store/shared_queue.h"
 #include "store/stale_reads.h"
 #include "store/store.h"
 #include "timer/timer_spec.h"
@@ -69,6 +75,16 @@ class TimerService {
   ~TimerService();
   TimerService(const TimerService&) = delete;
   TimerService& operator=(const TimerService&) = delete;
+
+  // Cluster mode: timers of the shards this node owns only; new timers'
+  // ids from `queue`, which must outlive the service. Call before Start.
+  void JoinCluster(store::SharedQueue& queue) { shared_ = &queue; }
+  // Cluster mode: the shards owned now, with their leases' epochs. Timers of
+  // shards lost (or held at a new epoch) are let go; the window is loaded
+  // again for the rest.
+  void SetOwnedShards(std::map<int, int64_t> owned);
+  // Cluster mode: notices heard (a timer changed through any node).
+  void Hear(const std::vector<store::Notice>& notices);
 
   // Reads the next timer id (at once: the server is not serving yet) and
   // starts loading the first window. Call once, after the engine recovered.
@@ -135,7 +151,11 @@ class TimerService {
   static Row ReadRow(store::Store& store, store::TimerRecord r);
 
   void Load(int64_t now_ms);
-  void LoadRead(Result<std::vector<Row>> rows, uint64_t since, int64_t until, int64_t now_ms);
+  void LoadRead(Result<std::vector<Row>> rows, uint64_t since, int64_t until, int64_t now_ms,
+                uint64_t owned_generation);
+  // Whether this node fires timer `id`: always on one node; in cluster
+  // mode, when it owns the timer's shard (then `fence` is that lease).
+  bool Owns(uint64_t id, store::change::Fence* fence = nullptr) const;
   // Reads `ids` again and holds those in the window.
   void Reload(std::vector<uint64_t> ids);
   // Holds a row read from the store, unless its definition cannot run.
@@ -159,6 +179,8 @@ class TimerService {
   // Sets the job of `t`'s latest fire, which the engine's kEnded clears.
   void SetLastJob(uint64_t timer_id, Loaded& t, uint64_t job_id);
   void Put(store::TimerRecord record, std::shared_ptr<const Compiled> compiled, InfoDone done);
+  // A new timer's id: the next of this node's, or the database's (cluster).
+  void NewId(std::function<void(Result<uint64_t>)> done);
   // Tells the host when to tick next; `force` after a tick, which used up
   // the host's timer.
   void ArmWake(bool force = false);
@@ -184,6 +206,11 @@ class TimerService {
   store::StaleReads changed_;
   int64_t armed_ms_ = -1;
   uint64_t generation_ = 0;
+  // Cluster mode only.
+  store::SharedQueue* shared_ = nullptr;
+  std::map<int, int64_t> owned_;    // shard -> epoch of its lease
+  std::map<int, int64_t> refused_;  // shard -> the epoch a fire of it was refused at
+  uint64_t owned_generation_ = 0;   // raised by each change of owned_ that adds a shard
 };
 
 }  // namespace delayd::timer
