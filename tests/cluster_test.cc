@@ -288,6 +288,17 @@ TEST_F(ClusterTest, PeeksStatsKicksAndPausesSeeTheWholeCluster) {
   json http = HttpCall(nodes_["n1"]->http_port(), "GET", "/v1/stats").json();
   EXPECT_EQ(http["jobs"]["ready"], 1) << http.dump();
   EXPECT_EQ(http["jobs"]["reserved"], 1) << http.dump();
+  // The HTTP API's topics and lists through n1 see n2's reservation too.
+  json topic = HttpCall(nodes_["n1"]->http_port(), "GET", "/v1/topics/t").json();
+  EXPECT_EQ(topic["counts"]["ready"], 1) << topic.dump();
+  EXPECT_EQ(topic["counts"]["reserved"], 1) << topic.dump();
+  json topics = HttpCall(nodes_["n2"]->http_port(), "GET", "/v1/topics").json();
+  bool listed = false;
+  for (const json& t : topics["topics"]) listed = listed || t["name"] == "t";
+  EXPECT_TRUE(listed) << topics.dump();
+  json held = HttpCall(nodes_["n1"]->http_port(), "GET", "/v1/jobs?topic=t&state=reserved").json();
+  ASSERT_EQ(held["jobs"].size(), 1u) << held.dump();
+  EXPECT_EQ(held["jobs"][0]["state"], "reserved");
 }
 
 // Push jobs submitted through every node, due now or within two seconds,

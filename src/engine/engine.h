@@ -240,8 +240,14 @@ class Engine {
   // release or bury without `priority` keeps the job's.
   void SettleHttp(uint64_t id, uint32_t lease, Settle how, std::optional<uint32_t> priority,
                   int64_t delay_ms, Done done);
+  // Topics as this node's memory has them (every topic on one node).
   std::vector<TopicInfo> Topics() const;
   Result<TopicInfo> Topic(const std::string& name) const;
+  // Every topic with jobs, a pause or settings, or topic `name` (kNotFound
+  // when none): in cluster mode the cluster's, read from the database, else
+  // as above.
+  void Topics(Reply<std::vector<TopicInfo>> done);
+  void Topic(const std::string& name, Reply<TopicInfo> done);
   // Null settings remove them.
   void SetTopicSettings(const std::string& name, std::shared_ptr<const TopicSettings> settings,
                         Done done);
@@ -447,6 +453,8 @@ class Engine {
   void ReadTubes(std::optional<std::string> name);
   // The database's job counts of `tube`, or of every tube.
   void CountShared(std::optional<std::string> tube, Reply<std::vector<store::TubeCount>> done);
+  // The cluster's topics (all, or `tube`): counts, pauses and settings.
+  void TopicsShared(std::optional<std::string> tube, Reply<std::vector<TopicInfo>> done);
   // Writes a held job's return to ready (ttr, disconnect) in cluster mode.
   void WriteRequeued(Job* j);
   // Push jobs in cluster mode (shared_push.cc): the topics whose push jobs

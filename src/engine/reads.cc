@@ -342,8 +342,8 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
     if (f.due_before_ms && r.due_ms >= *f.due_before_ms) return false;
     return true;
   };
-  if (f.state == JobState::kReserved) {
-    // Reservations live only in memory.
+  if (f.state == JobState::kReserved && shared_ == nullptr) {
+    // Reservations live only in memory (in cluster mode they are rows).
     ListPage page;
     std::vector<Job*> held;
     for (auto& [id, j] : jobs_) {
@@ -363,7 +363,9 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
   }
   store::ListQuery q;
   q.tube = f.topic;
-  if (f.state) q.state = ToStored(*f.state);
+  if (f.state) {
+    q.state = f.state == JobState::kReserved ? store::StoredState::kReserved : ToStored(*f.state);
+  }
   q.key_prefix = f.key_prefix;
   q.due_after_ms = f.due_after_ms;
   q.due_before_ms = f.due_before_ms;
@@ -431,6 +433,20 @@ Result<TopicInfo> Engine::Topic(const std::string& name) const {
   info.oldest_ready_due_ms = oldest;
   info.settings = t->settings;
   return info;
+}
+
+void Engine::Topics(Reply<std::vector<TopicInfo>> done) {
+  if (shared_ == nullptr) return done(Topics());
+  TopicsShared(std::nullopt, std::move(done));
+}
+
+void Engine::Topic(const std::string& name, Reply<TopicInfo> done) {
+  if (shared_ == nullptr) return done(Topic(name));
+  TopicsShared(name, [done = std::move(done)](Result<std::vector<TopicInfo>> r) {
+    if (!r.ok()) return done(r.status());
+    if (r->empty()) return done(Status::NotFound("no such topic"));
+    done(std::move(r->front()));
+  });
 }
 
 std::vector<std::string> Engine::PushReadyTopics() const {

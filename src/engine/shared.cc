@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 
 #include "engine/engine.h"
 #include "engine/spec_json.h"
@@ -199,6 +200,46 @@ void Engine::WriteRequeued(Job* j) {
     // Its deadline passes, and the owner's sweep returns it.
     if (!s.ok()) spdlog::warn("cluster: job {} could not be returned: {}", id, s.ToString());
   });
+}
+
+void Engine::TopicsShared(std::optional<std::string> tube, Reply<std::vector<TopicInfo>> done) {
+  using Rows =
+      std::pair<Result<std::vector<store::TubeCount>>, Result<std::vector<store::TubeRow>>>;
+  Aside(
+      [q = shared_, tube] {
+        return Rows{q->CountJobs(tube), q->Tubes(tube)};
+      },
+      [this, done = std::move(done)](Rows rows, uint64_t) {
+        auto& [counts, tubes] = rows;
+        if (!counts.ok()) return done(counts.status());
+        if (!tubes.ok()) return done(tubes.status());
+        const int64_t now_ms = clock_.WallMillis();
+        std::map<std::string, TopicInfo> out;
+        for (const store::TubeCount& c : *counts) {
+          TopicInfo& t = out[c.tube];
+          t.name = c.tube;
+          t.ready = c.ready;
+          t.delayed = c.delayed;
+          t.reserved = c.reserved;
+          t.buried = c.buried;
+          t.oldest_ready_due_ms = c.oldest_ready_due_ms;
+        }
+        for (const store::TubeRow& r : *tubes) {
+          const bool paused = r.unpause_ms > now_ms;
+          if (!paused && r.settings.empty() && out.count(r.tube) == 0) continue;  // nothing
+          TopicInfo& t = out[r.tube];
+          t.name = r.tube;
+          t.paused = paused;
+          t.pause_left_ms = paused ? r.unpause_ms - now_ms : 0;
+          if (!r.settings.empty()) t.settings = DecodeSettings(r.settings);
+        }
+        std::vector<TopicInfo> list;
+        for (auto& [name, t] : out) {
+          if (const Tube* here = FindTube(name)) t.total_jobs = here->total_jobs;  // this node's
+          list.push_back(std::move(t));
+        }
+        done(std::move(list));
+      });
 }
 
 void Engine::CountShared(std::optional<std::string> tube,

@@ -601,15 +601,21 @@ json Api::RenderTopic(const engine::TopicInfo& t) const {
 }
 
 void Api::ListTopics(Call& c) {
-  json out = json::array();
-  for (const auto& t : engine_.Topics()) out.push_back(RenderTopic(t));
-  c.reply(JsonResponse(200, {{"topics", std::move(out)}}));
+  engine_.Topics([this, reply = std::move(c.reply)](Result<std::vector<engine::TopicInfo>> r) {
+    if (!r.ok()) return reply(ProblemResponse(r.status()));
+    json out = json::array();
+    for (const auto& t : *r) out.push_back(RenderTopic(t));
+    reply(JsonResponse(200, {{"topics", std::move(out)}}));
+  });
 }
 
-void Api::GetTopic(Call& c) {
-  auto t = engine_.Topic(c.params[0]);
-  if (!t.ok()) return c.reply(ProblemResponse(t.status()));
-  c.reply(JsonResponse(200, RenderTopic(*t)));
+void Api::GetTopic(Call& c) { ReplyTopic(std::move(c.reply), c.params[0]); }
+
+void Api::ReplyTopic(Reply reply, const std::string& name) {
+  engine_.Topic(name, [this, reply = std::move(reply)](Result<engine::TopicInfo> t) {
+    if (!t.ok()) return reply(ProblemResponse(t.status()));
+    reply(JsonResponse(200, RenderTopic(*t)));
+  });
 }
 
 void Api::PutTopic(Call& c) {
@@ -638,9 +644,7 @@ void Api::PutTopic(Call& c) {
                              if (!s.ok()) return reply(ProblemResponse(s));
                              auto answer = [this, name, reply](const Status& st) {
                                if (!st.ok()) return reply(ProblemResponse(st));
-                               auto t = engine_.Topic(name);
-                               if (!t.ok()) return reply(ProblemResponse(t.status()));
-                               reply(JsonResponse(200, RenderTopic(*t)));
+                               ReplyTopic(reply, name);
                              };
                              auto t = engine_.Topic(name);
                              if (paused && t.ok() && *paused != t->paused) {
@@ -671,9 +675,7 @@ void Api::PauseTopic(Call& c, bool pause) {
   std::string name = c.params[0];
   auto answer = [this, name, reply = std::move(c.reply)](const Status& s) {
     if (!s.ok()) return reply(ProblemResponse(s));
-    auto t = engine_.Topic(name);
-    if (!t.ok()) return reply(ProblemResponse(t.status()));
-    reply(JsonResponse(200, RenderTopic(*t)));
+    ReplyTopic(reply, name);
   };
   if (pause) return engine_.PauseTube(name, for_ms, std::move(answer));
   engine_.ResumeTube(name, std::move(answer));

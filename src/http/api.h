@@ -74,6 +74,8 @@ class Api final : public Handler {
   };
   static const std::vector<Route>& Table();
   void Dispatch(const Route& route, Call& c);
+  // The topic as GET /v1/topics/{topic} shows it (the cluster's in cluster mode).
+  void ReplyTopic(Reply reply, const std::string& name);
   void SubmitJobs(Call& c);
   void GetJob(Call& c);
   void PatchJob(Call& c);

@@ -91,6 +91,7 @@ struct TubeCount {
   uint64_t delayed = 0;
   uint64_t reserved = 0;
   uint64_t buried = 0;
+  int64_t oldest_ready_due_ms = 0;  // due time of the longest-waiting ready job; 0: none
 };
 
 // A tube's stored pause and settings.

@@ -258,8 +258,8 @@ std::vector<Statement> Statements() {
        "SELECT tube, count(*) FILTER (WHERE state=0), count(*) FILTER (WHERE state=0 AND "
        "pri<1024), "
        "count(*) FILTER (WHERE state=1), count(*) FILTER (WHERE state=4), "
-       "count(*) FILTER (WHERE state=2) FROM jobs WHERE state<>3 AND ($1::text IS NULL OR "
-       "tube=$1) GROUP BY tube ORDER BY tube",
+       "count(*) FILTER (WHERE state=2), coalesce(min(due_ms) FILTER (WHERE state=0), 0) "
+       "FROM jobs WHERE state<>3 AND ($1::text IS NULL OR tube=$1) GROUP BY tube ORDER BY tube",
        {kText}},
       {"tubes",
        "SELECT name, pause_ms, unpause_ms, settings FROM tubes WHERE $1::text IS NULL OR name=$1",
@@ -1207,7 +1207,7 @@ Params OptionalTube(const std::optional<std::string>& tube) {
 Result<std::vector<TubeCount>> PgStore::CountJobs(std::optional<std::string> tube) {
   return Rows(Read("count_jobs", OptionalTube(tube)), [](const PGresult* r, int row) {
     auto n = [&](int col) { return static_cast<uint64_t>(pg::GetInt(r, row, col)); };
-    return TubeCount{pg::GetBytes(r, row, 0), n(1), n(2), n(3), n(4), n(5)};
+    return TubeCount{pg::GetBytes(r, row, 0), n(1), n(2), n(3), n(4), n(5), pg::GetInt(r, row, 6)};
   });
 }
 
