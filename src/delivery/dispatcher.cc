@@ -265,24 +265,24 @@ void Dispatcher::MaybeAlert(const std::string& topic, TopicState& ts, const char
   }
   ts.last_alert_ms = now_ms;
   ++stats_.alerts_sent;
-  auto info = engine_.Topic(topic);
-  nlohmann::json body = {{"event", event},
-                         {"topic", topic},
-                         {"job_id", job_id},
-                         {"consecutive_failures", ts.consecutive_failures},
-                         {"dead_letters", info.ok() ? info->buried : 0},
-                         {"ready", info.ok() ? info->ready : 0},
-                         {"last_error", error},
-                         {"at", FormatRfc3339Ms(now_ms)}};
-  OutRequest req;
-  req.url = rule.webhook;
-  req.headers.push_back("Content-Type: application/json");
-  req.body = DumpJson(body);
-  req.timeout_ms = kAlertTimeoutMs;
-  client_.Send(std::move(req), [topic](OutResult r) {
-    if (r.status < 200 || r.status >= 300) {
-      spdlog::warn("alert webhook of topic {} failed: {}", topic, r.error);
-    }
+  nlohmann::json body = {{"event", event},      {"topic", topic},
+                         {"job_id", job_id},    {"consecutive_failures", ts.consecutive_failures},
+                         {"last_error", error}, {"at", FormatRfc3339Ms(now_ms)}};
+  // The topic's counts (in cluster mode the cluster's, read aside).
+  engine_.Topic(topic, [this, topic, body = std::move(body),
+                        webhook = rule.webhook](Result<engine::TopicInfo> info) mutable {
+    body["dead_letters"] = info.ok() ? info->buried : 0;
+    body["ready"] = info.ok() ? info->ready : 0;
+    OutRequest req;
+    req.url = webhook;
+    req.headers.push_back("Content-Type: application/json");
+    req.body = DumpJson(body);
+    req.timeout_ms = kAlertTimeoutMs;
+    client_.Send(std::move(req), [topic](OutResult r) {
+      if (r.status < 200 || r.status >= 300) {
+        spdlog::warn("alert webhook of topic {} failed: {}", topic, r.error);
+      }
+    });
   });
 }
 
