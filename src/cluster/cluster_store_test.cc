@@ -126,6 +126,14 @@ class ClusterStoreTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.ToString();
     return heard;
   }
+  // Listen, once the listener says it listens; null if it never does.
+  std::shared_ptr<Heard> Listening(Node& n) {
+    auto heard = Listen(n);
+    if (!WaitFor(*heard, [](const Notice& x) { return x.kind == Notice::Kind::kListening; })) {
+      return nullptr;
+    }
+    return heard;
+  }
   // Runs the inbox until `heard` has a notice `match` accepts, 10 s at most;
   // returns whether it came.
   bool WaitFor(Heard& heard, const std::function<bool(const Notice&)>& match) {
@@ -449,8 +457,8 @@ TEST_F(ClusterStoreTest, AGuardedChangeOnAStaleVersionFailsAloneAndChangesNothin
 TEST_F(ClusterStoreTest, TheOwnerPromotesDueJobsAndEveryNodeHearsOfThem) {
   auto a = Start("a");
   auto b = Start("b");
-  auto heard = Listen(*b);
-  ASSERT_TRUE(WaitFor(*heard, [](const Notice& n) { return n.kind == Notice::Kind::kListening; }));
+  auto heard = Listening(*b);
+  ASSERT_NE(heard, nullptr);
   a->Round();
   ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards));
 
@@ -692,8 +700,8 @@ TEST_F(ClusterStoreTest, IdBlocksAreDisjointAndAboveEveryStoredId) {
 TEST_F(ClusterStoreTest, TubeChangesAreAnnouncedToEveryNode) {
   auto a = Start("a");
   auto b = Start("b");
-  auto heard = Listen(*b);
-  ASSERT_TRUE(WaitFor(*heard, [](const Notice& n) { return n.kind == Notice::Kind::kListening; }));
+  auto heard = Listening(*b);
+  ASSERT_NE(heard, nullptr);
   auto tube = [](const std::string& name) {
     return [name](const Notice& n) { return n.kind == Notice::Kind::kTube && n.tube == name; };
   };
@@ -717,8 +725,8 @@ TEST_F(ClusterStoreTest, TubeChangesAreAnnouncedToEveryNode) {
 TEST_F(ClusterStoreTest, PushJobsGoOnlyToTheirShardsOwnerAndAreAnnouncedWithTheShard) {
   auto a = Start("a");
   auto b = Start("b");
-  auto heard = Listen(*b);
-  ASSERT_TRUE(WaitFor(*heard, [](const Notice& n) { return n.kind == Notice::Kind::kListening; }));
+  auto heard = Listening(*b);
+  ASSERT_NE(heard, nullptr);
   a->Round();
   std::map<int, std::set<uint64_t>> push_of_shard;
   for (uint64_t id = 1; id <= 40; ++id) {
@@ -787,8 +795,8 @@ TEST_F(ClusterStoreTest, PushJobsGoOnlyToTheirShardsOwnerAndAreAnnouncedWithTheS
 TEST_F(ClusterStoreTest, TimerIdsAreTheDatabasesAndOwnersReadTheirShardsTimers) {
   auto a = Start("a");
   auto b = Start("b");
-  auto heard = Listen(*b);
-  ASSERT_TRUE(WaitFor(*heard, [](const Notice& n) { return n.kind == Notice::Kind::kListening; }));
+  auto heard = Listening(*b);
+  ASSERT_NE(heard, nullptr);
   store::TimerRecord stored;
   stored.id = 7;
   stored.name = "seven";
