@@ -604,22 +604,28 @@ bool TimerService::Owns(uint64_t id, store::change::Fence* fence) const {
 
 void TimerService::SetOwnedShards(std::map<int, int64_t> owned) {
   if (shared_ == nullptr) return;
+  // Timers of a shard lost, or held again at a new epoch (another node may
+  // have fired them meanwhile), are let go; the window is read again for
+  // the shards gained, those included.
   bool gained = false;
   for (const auto& [shard, epoch] : owned) {
     auto it = owned_.find(shard);
     gained = gained || it == owned_.end() || it->second != epoch;
+  }
+  std::vector<uint64_t> gone;
+  for (const auto& [id, t] : loaded_) {
+    const int shard = shared_->TimerShardOf(id);
+    auto now = owned.find(shard);
+    auto before = owned_.find(shard);
+    if (now == owned.end() || before == owned_.end() || now->second != before->second) {
+      gone.push_back(id);
+    }
   }
   owned_ = std::move(owned);
   std::erase_if(refused_, [&](const auto& r) {
     auto it = owned_.find(r.first);
     return it == owned_.end() || it->second != r.second;
   });
-  // A shard held again at a new epoch may have been fired by another node
-  // meanwhile: its timers are let go and read again with the rest.
-  std::vector<uint64_t> gone;
-  for (const auto& [id, t] : loaded_) {
-    if (gained || !Owns(id)) gone.push_back(id);
-  }
   for (uint64_t id : gone) Drop(id);
   if (gained) {
     ++owned_generation_;
