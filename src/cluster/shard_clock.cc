@@ -167,27 +167,37 @@ void ShardClock::OnChunk(store::DueQuery q, std::map<int, uint64_t> gens,
 
 void ShardClock::Promote(int64_t now_ms) {
   const int64_t wall_us = clock_.WallMicros();
-  std::map<int, std::pair<std::vector<uint64_t>, int64_t>> by_shard;  // ids, latest due
+  struct Group {
+    std::vector<uint64_t> ids;
+    std::vector<int64_t> dues;  // ms, of each id
+  };
+  std::map<int, Group> by_shard;
   while (!due_.empty() && std::get<0>(*due_.begin()) * 1000 <= wall_us + kWallSkewUs) {
     const auto [due_ms, shard, id] = *due_.begin();
     due_.erase(due_.begin());
-    auto& [ids, latest] = by_shard[shard];
-    ids.push_back(id);
-    latest = std::max(latest, due_ms);
+    Group& g = by_shard[shard];
+    g.ids.push_back(id);
+    g.dues.push_back(due_ms);
   }
   for (auto& [shard, group] : by_shard) {
     auto it = owned_.find(shard);
     if (it == owned_.end()) continue;
     // Never earlier than the latest due time of the group, which the skew
     // above may put a few microseconds ahead of the wall clock.
-    const int64_t at = std::max(now_ms, group.second);
-    const size_t count = group.first.size();
-    auto retry = [this, shard = shard, ids = group.first] {
+    const int64_t at = std::max(now_ms, *std::max_element(group.dues.begin(), group.dues.end()));
+    auto retry = [this, shard = shard, ids = group.ids] {
       const int64_t when = clock_.WallMillis() + options_.retry_ms;
       for (uint64_t id : ids) due_.emplace(when, shard, id);
     };
-    Fenced(shard, Mutation::Promote({shard, it->second}, std::move(group.first), at).Written(),
-           std::move(retry), [this, count] { stats_.promoted += count; });
+    // A job's lateness ends when the promotion that makes it ready commits.
+    auto ok = [this, dues = std::move(group.dues)] {
+      stats_.promoted += dues.size();
+      if (metrics_ == nullptr) return;
+      const int64_t done_us = clock_.WallMicros();
+      for (int64_t due_ms : dues) metrics_->fire_lateness.ObserveMicros(done_us - due_ms * 1000);
+    };
+    Fenced(shard, Mutation::Promote({shard, it->second}, std::move(group.ids), at).Written(),
+           std::move(retry), std::move(ok));
   }
 }
 

@@ -36,6 +36,7 @@
 
 #include "cluster/leases.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "store/shared_queue.h"
 #include "store/store.h"
 
@@ -87,6 +88,9 @@ class ShardClock {
   void Tick();
 
   ShardClockStats stats() const;
+  // Records each promoted job's fire lateness in `metrics`, which must
+  // outlive the clock.
+  void SetMetrics(Metrics* metrics) { metrics_ = metrics; }
 
  private:
   using Entry = std::tuple<int64_t, int, uint64_t>;  // due ms, shard, id
@@ -115,6 +119,7 @@ class ShardClock {
   const Clock& clock_;
   const ShardClockOptions options_;
   const WakeFn wake_;
+  Metrics* metrics_ = nullptr;
 
   std::map<int, int64_t> owned_;  // shard -> epoch
   std::set<int> loaded_;          // owned, complete through through_

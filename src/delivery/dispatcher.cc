@@ -192,7 +192,11 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
   ++stats_.in_flight;
   ++topics_[lease.topic].in_flight;
   const int64_t started_ms = clock_.WallMillis();
-  client_.Send(std::move(req), [this, lease = std::move(lease), started_ms](OutResult r) {
+  const int64_t sent_us = clock_.SteadyMicros();
+  client_.Send(std::move(req), [this, lease = std::move(lease), started_ms, sent_us](OutResult r) {
+    if (metrics_ != nullptr) {
+      metrics_->delivery_duration.ObserveMicros(clock_.SteadyMicros() - sent_us);
+    }
     OnResult(lease, started_ms, std::move(r));
   });
 }
@@ -234,6 +238,12 @@ void Dispatcher::OnResult(const engine::PushLease& lease, int64_t started_ms, Ou
   }
   const bool success = d.kind == Decision::Kind::kSuccess;
   const bool dead = d.kind == Decision::Kind::kDead;
+  if (metrics_ != nullptr) {
+    TopicCounters& m = metrics_->Topic(lease.topic);
+    ++(success ? m.delivered : m.failed);
+    if (d.kind == Decision::Kind::kRetry) ++m.retried;
+    if (dead) ++m.dead_lettered;
+  }
   engine_.PushDone(lease.id, a, d.delay_ms, [id = lease.id](const Status& s) {
     if (!s.ok() && s.code() != StatusCode::kConflict) {
       spdlog::error("delivery: recording job {}: {}", id, s.ToString());
@@ -265,6 +275,7 @@ void Dispatcher::MaybeAlert(const std::string& topic, TopicState& ts, const char
   }
   ts.last_alert_ms = now_ms;
   ++stats_.alerts_sent;
+  if (metrics_ != nullptr) ++metrics_->Topic(topic).alerts;
   nlohmann::json body = {{"event", event},      {"topic", topic},
                          {"job_id", job_id},    {"consecutive_failures", ts.consecutive_failures},
                          {"last_error", error}, {"at", FormatRfc3339Ms(now_ms)}};

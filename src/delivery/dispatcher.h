@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "delivery/http_client.h"
 #include "engine/engine.h"
 
@@ -65,6 +66,9 @@ class Dispatcher {
   void PumpPending();
 
   DispatcherStats stats() const { return stats_; }
+  // Records each delivery's outcome per topic and its duration in
+  // `metrics`, which must outlive the dispatcher.
+  void SetMetrics(Metrics* metrics) { metrics_ = metrics; }
   uint64_t in_flight(const std::string& topic) const;
 
  private:
@@ -100,6 +104,7 @@ class Dispatcher {
   int64_t rate_timer_at_us_ = 0;
   std::mt19937_64 rng_{std::random_device{}()};
   DispatcherStats stats_;
+  Metrics* metrics_ = nullptr;
 };
 
 // "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>".

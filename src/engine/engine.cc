@@ -50,12 +50,18 @@ Tube* Engine::FindTube(const std::string& name) const {
   return it == tube_index_.end() ? nullptr : it->second;
 }
 
+void Engine::SetMetrics(Metrics* metrics) {
+  metrics_ = metrics;
+  for (const auto& t : tubes_) t->counters = &metrics_->Topic(t->name);  // "default"
+}
+
 Tube* Engine::FindOrMakeTube(const std::string& name) {
   if (Tube* t = FindTube(name)) return t;
   auto t = std::make_unique<Tube>();
   t->name = name;
   t->timer.kind = TimerKind::kTube;
   t->timer.owner = t.get();
+  if (metrics_ != nullptr) t->counters = &metrics_->Topic(name);
   Tube* raw = t.get();
   tubes_.push_back(std::move(t));
   tube_index_.emplace(name, raw);

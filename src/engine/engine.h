@@ -60,6 +60,7 @@
 #include "cluster/claimer.h"
 #include "cluster/id_blocks.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "engine/api_types.h"
 #include "engine/events.h"
@@ -125,6 +126,10 @@ class Engine {
   // Cluster mode, at shutdown: push jobs claimed for the dispatcher and not
   // yet taken go back to ready, for the shards' next owners.
   void ReturnClaimed();
+
+  // Records submissions, fires and fire lateness in `metrics`, which must
+  // outlive the engine. Call before Recover.
+  void SetMetrics(Metrics* metrics);
 
   // Rebuilds memory from the store (in cluster mode, only tubes' pauses and
   // settings). Call once, before anything else.
@@ -353,6 +358,8 @@ class Engine {
   // time has come, delayed in memory if due within the loaded horizon, and
   // otherwise left in state kDelayed for WriteDone to hand to the store.
   void PlaceDelayed(Job* j);
+  // A delayed job has just become ready at (or after) its due time.
+  void CountFire(const Job& j);
   // A submitted job's insert is durable (ok) or failed: make it visible in
   // its state, or drop it unseen.
   void Publish(Job* j, const Status& s);
@@ -499,6 +506,7 @@ class Engine {
   const Clock& clock_;
   const EngineOptions options_;
   WakeFn wake_;
+  Metrics* metrics_ = nullptr;
 
   int64_t origin_us_;  // steady us of tick 0, aligned to a wall-clock ms boundary
   wheel::TimingWheel wheel_;

@@ -69,6 +69,7 @@ void Engine::Fire(EngineTimer* t) {
       Job* j = static_cast<Job*>(t->owner);
       if (j->state == JobState::kDelayed) {
         Detach(j);
+        CountFire(*j);
         MakeReady(j);
       } else if (j->state == JobState::kReserved) {
         ExpireReservation(j);

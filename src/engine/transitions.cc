@@ -54,7 +54,10 @@ void Engine::MakeDelayed(Job* j) {
 }
 
 void Engine::PlaceDelayed(Job* j) {
-  if (j->due_us <= clock_.WallMicros()) return MakeReady(j);
+  if (j->due_us <= clock_.WallMicros()) {
+    CountFire(*j);
+    return MakeReady(j);
+  }
   if (store::DueMinute(j->due_ms()) > loaded_minute_) {
     j->state = JobState::kDelayed;  // no timer, no place in the tube: WriteDone takes it out
     return;
@@ -66,6 +69,12 @@ void Engine::MakeBuried(Job* j) {
   j->bury_seq = ++bury_seq_;
   j->state = JobState::kBuried;
   j->tube->buried.insert(j);
+}
+
+void Engine::CountFire(const Job& j) {
+  if (metrics_ == nullptr) return;
+  metrics_->fire_lateness.ObserveMicros(clock_.WallMicros() - j.due_us);
+  if (j.tube->counters != nullptr) ++j.tube->counters->fired;
 }
 
 void Engine::Emit(Tube* t, JobEventKind kind, const Job* j) {
@@ -98,6 +107,7 @@ void Engine::Publish(Job* j, const Status& s) {
   }
   ++total_jobs_;
   ++j->tube->total_jobs;
+  if (j->tube->counters != nullptr) ++j->tube->counters->submitted;
   if (j->delay_ms > 0) {
     PlaceDelayed(j);
   } else {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
 #include "engine/job_state.h"
 #include "engine/spec.h"
 #include "store/job_record.h"
@@ -108,10 +109,11 @@ struct Tube {
   uint64_t far_delayed = 0;      // delayed jobs only in the store (beyond the horizon)
   uint64_t jobs = 0;             // jobs in memory naming this tube, any state
   uint64_t reserved = 0;
-  uint64_t urgent = 0;      // ready jobs with priority < kUrgentThreshold
-  uint64_t total_jobs = 0;  // puts since start
-  uint64_t deletes = 0;     // cmd-delete
-  uint64_t pauses = 0;      // cmd-pause-tube
+  uint64_t urgent = 0;                // ready jobs with priority < kUrgentThreshold
+  uint64_t total_jobs = 0;            // puts since start
+  TopicCounters* counters = nullptr;  // the topic's metrics; null without Engine::SetMetrics
+  uint64_t deletes = 0;               // cmd-delete
+  uint64_t pauses = 0;                // cmd-pause-tube
   uint32_t using_count = 0;
   uint32_t watching_count = 0;
   bool permanent = false;                         // "default" never goes away

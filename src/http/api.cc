@@ -201,6 +201,8 @@ const std::vector<Api::Route>& Api::Table() {
        [](Api&, Call& c) {
          c.reply(JsonResponse(200, {{"status", "ok"}}));
        }},
+      {{"GET", "/readyz"}, [](Api& a, Call& c) { a.Ready(c); }},
+      {{"GET", "/metrics"}, [](Api& a, Call& c) { a.MetricsPage(c); }},
       {{"GET", "/v1/openapi.json"},
        [](Api&, Call& c) {
          c.reply(Response{200, "application/json", {}, OpenApiDocument()});
@@ -272,8 +274,9 @@ Api::Api(boost::asio::io_context& io, engine::Engine& engine, const Clock& clock
       timers_(timers) {}
 
 void Api::Handle(Request req, Reply reply) {
-  if (options_.token.size() > 0 && req.path.rfind("/v1/", 0) == 0 &&
-      req.authorization != "Bearer " + options_.token) {
+  const bool needs_token =
+      req.path.rfind("/v1/", 0) == 0 || (req.path == "/metrics" && options_.metrics_need_token);
+  if (options_.token.size() > 0 && needs_token && req.authorization != "Bearer " + options_.token) {
     Response r = Problem(401, "unauthorized", "Unauthorized",
                          "this route needs the header Authorization: Bearer <api token>");
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
@@ -285,6 +288,7 @@ void Api::Handle(Request req, Reply reply) {
     if (!Match(route.spec.pattern, req.path, &params)) continue;
     path_known = true;
     if (req.method != route.spec.method) continue;
+    if (options_.metrics != nullptr) reply = Timed(route.spec, std::move(reply));
     Call c{std::move(req), std::move(params), {}, std::move(reply)};
     if (!c.req.query.empty()) {
       for (std::string_view part : Split(c.req.query, '&')) {
@@ -305,6 +309,23 @@ void Api::Handle(Request req, Reply reply) {
                          req.method + " is not allowed on " + req.path));
   }
   reply(Problem(404, "not-found", "Not found", "no route " + req.path));
+}
+
+Handler::Reply Api::Timed(const RouteSpec& spec, Reply reply) {
+  Histogram& h = options_.metrics->HttpRoute(std::string(spec.method) + " " + spec.pattern);
+  return [&h, &clock = clock_, started_us = clock_.SteadyMicros(),
+          reply = std::move(reply)](Response r) {
+    h.ObserveMicros(clock.SteadyMicros() - started_us);
+    reply(std::move(r));
+  };
+}
+
+void Api::Ready(Call& c) {
+  std::string why = options_.not_ready ? options_.not_ready() : "";
+  if (!why.empty()) {
+    return c.reply(Problem(503, "not-ready", "Not ready", why));
+  }
+  c.reply(JsonResponse(200, {{"status", "ready"}}));
 }
 
 void Api::Dispatch(const Route& route, Call& c) {

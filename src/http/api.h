@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/version.h"
 #include "engine/engine.h"
 #include "http/job_json.h"
@@ -38,6 +39,18 @@ struct ApiOptions {
   // Cluster mode: reads the cluster view (GET /v1/cluster); null: not a
   // cluster node, and the route answers 404.
   std::function<void(std::function<void(Result<nlohmann::json>)>)> cluster_view = {};
+  // GET /metrics: the counters and histograms components record; null: the
+  // route answers 404. With `metrics_need_token`, it needs the token too.
+  Metrics* metrics = nullptr;
+  bool metrics_need_token = false;
+  // The store's figures, for /metrics; null: none.
+  std::function<store::StoreStats()> store_stats = {};
+  // Open connections, for /metrics; null: not counted.
+  std::function<uint64_t()> beanstalk_connections = {};
+  std::function<uint64_t()> http_connections = {};
+  // GET /readyz: why this node should not take traffic now ("" when it
+  // should); null: always ready.
+  std::function<std::string()> not_ready = {};
 };
 
 struct RouteSpec {
@@ -74,6 +87,8 @@ class Api final : public Handler {
   };
   static const std::vector<Route>& Table();
   void Dispatch(const Route& route, Call& c);
+  // `reply`, recording the time until it is called in the route's histogram.
+  Reply Timed(const RouteSpec& spec, Reply reply);
   // The topic as GET /v1/topics/{topic} shows it (the cluster's in cluster mode).
   void ReplyTopic(Reply reply, const std::string& name);
   void SubmitJobs(Call& c);
@@ -91,6 +106,8 @@ class Api final : public Handler {
   void PutTopic(Call& c);
   void PauseTopic(Call& c, bool pause);
   void Stats(Call& c);
+  void MetricsPage(Call& c);  // metrics_page.cc
+  void Ready(Call& c);
   // timer_api.cc
   void CreateTimer(Call& c);
   void ListTimers(Call& c);

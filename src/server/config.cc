@@ -42,6 +42,7 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "log-level",
                                                "http",
                                                "api-token",
+                                               "metrics-auth",
                                                "max-batch",
                                                "max-request-bytes",
                                                "done-retention-ms",
@@ -70,6 +71,10 @@ Status LoadToml(const std::string& path, Config& config) {
   if (auto n = t["cluster"]; n) {
     if (!n.is_boolean()) return type_error("cluster", "true or false");
     config.cluster = *n.value<bool>();
+  }
+  if (auto n = t["metrics-auth"]; n) {
+    if (!n.is_boolean()) return type_error("metrics-auth", "true or false");
+    config.metrics_auth = *n.value<bool>();
   }
   if (auto n = t["node-id"]; n) {
     if (!n.is_string()) return type_error("node-id", "a string");
@@ -198,6 +203,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "(default 127.0.0.1:8080)");
   app.add_option("--api-token", c.api_token,
                  "Require \"Authorization: Bearer TOKEN\" on every /v1 route (default: none)");
+  app.add_flag("--metrics-auth", c.metrics_auth,
+               "Require the --api-token on /metrics too (default: /metrics is open)");
   app.add_option("--max-batch", c.max_batch, "Most jobs in one HTTP submission (default 1000)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{100'000}));
   app.add_option("--max-request-bytes", c.max_request_bytes,
@@ -284,6 +291,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--log-level")) c.log_level = file.log_level;
     if (!given("--http")) c.http = file.http;
     if (!given("--api-token")) c.api_token = file.api_token;
+    if (!given("--metrics-auth")) c.metrics_auth = file.metrics_auth;
     if (!given("--max-batch")) c.max_batch = file.max_batch;
     if (!given("--max-request-bytes")) c.max_request_bytes = file.max_request_bytes;
     if (!given("--done-retention-ms")) c.done_retention_ms = file.done_retention_ms;
@@ -310,6 +318,12 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (!binlog_dir.empty()) c.data_dir = binlog_dir;
   if (c.cluster && c.store.empty()) {
     std::cerr << "delayd: --cluster needs --store (a PostgreSQL the nodes share)\n";
+    out.exit = true;
+    out.exit_code = 2;
+    return out;
+  }
+  if (c.metrics_auth && c.api_token.empty()) {
+    std::cerr << "delayd: --metrics-auth needs --api-token (the token /metrics asks for)\n";
     out.exit = true;
     out.exit_code = 2;
     return out;

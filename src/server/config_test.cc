@@ -70,6 +70,16 @@ TEST(ConfigTest, SyncDelayIsBounded) {
   EXPECT_TRUE(Parse({"--sync-delay-ms", "-1"}).exit);
 }
 
+TEST(ConfigTest, MetricsAuthNeedsAToken) {
+  ParsedArgs a = Parse({"--api-token", "t", "--metrics-auth"});
+  EXPECT_FALSE(a.exit);
+  EXPECT_TRUE(a.config.metrics_auth);
+  EXPECT_FALSE(Parse({"--api-token", "t"}).config.metrics_auth);
+  ParsedArgs no_token = Parse({"--metrics-auth"});
+  EXPECT_TRUE(no_token.exit) << "no token to ask for";
+  EXPECT_EQ(no_token.exit_code, 2);
+}
+
 TEST(ConfigTest, ClusterNeedsAStoreAndABoundedLease) {
   Config d = Parse({}).config;
   EXPECT_FALSE(d.cluster);

@@ -143,6 +143,7 @@ Status Server::Start() {
   eo.done_retention_ms = config_.done_retention_ms;
   engine_ =
       std::make_unique<engine::Engine>(*store_, clock_, eo, [this](int64_t at) { ArmTimer(at); });
+  engine_->SetMetrics(&metrics_);
   if (store::SharedQueue* q = store_->shared()) {
     auto wake = [this](int64_t at) { ArmCluster(at); };
     ids_ = std::make_unique<cluster::IdBlocks>(*q);
@@ -150,6 +151,7 @@ Status Server::Start() {
         std::make_unique<cluster::Claimer>(*store_, *q, clock_, cluster::ClaimerOptions{}, wake);
     shard_clock_ = std::make_unique<cluster::ShardClock>(*store_, *q, clock_,
                                                          cluster::ShardClockOptions{}, wake);
+    shard_clock_->SetMetrics(&metrics_);
     engine_->JoinCluster(*q, *claimer_, *ids_);
   }
   if (Status s = engine_->Recover(); !s.ok()) return s;
@@ -194,6 +196,7 @@ Status Server::Start() {
       io_, *engine_, *http_client_, clock_,
       delivery::DispatcherOptions{.max_in_flight = config_.max_deliveries,
                                   .topic_concurrency = config_.topic_concurrency});
+  dispatcher_->SetMetrics(&metrics_);
   dispatcher_->Start();
   timers_ = std::make_unique<timer::TimerService>(
       *store_, *engine_, clock_,
@@ -208,6 +211,12 @@ Status Server::Start() {
     ao.limits.max_body_bytes = config_.max_job_size;
     ao.limits.targets = target_policy_.get();
     ao.version = kVersion;
+    ao.metrics = &metrics_;
+    ao.metrics_need_token = config_.metrics_auth;
+    ao.store_stats = [this] { return store_->stats(); };
+    ao.beanstalk_connections = [this] { return uint64_t{listener_->sessions()}; };
+    ao.http_connections = [this] { return uint64_t{http_server_->connections()}; };
+    ao.not_ready = [this] { return NotReady(); };
     if (engine_->clustered()) {
       ao.cluster_view = [this](std::function<void(Result<nlohmann::json>)> done) {
         ClusterView(std::move(done));
@@ -376,6 +385,13 @@ Status Server::StartCluster(const std::string& beanstalk, const std::string& htt
 
 void Server::ArmCluster(int64_t steady_us) {
   ArmAt(cluster_timer_, cluster_armed_us_, steady_us, &Server::RunCluster);
+}
+
+std::string Server::NotReady() const {
+  if (stopping_) return "shutting down";
+  if (store_->stats().failing) return "the store's last write failed; it takes no writes now";
+  if (engine_->clustered() && member_ == nullptr) return "joining the cluster";
+  return "";
 }
 
 void Server::RunCluster() {

@@ -58,10 +58,13 @@ class Server {
   // The claimer's and the shard clock's due work.
   void RunCluster();
   void ScheduleFigures();
+  // Why this node should take no traffic now (GET /readyz); "" when it should.
+  std::string NotReady() const;
   void ClusterView(std::function<void(Result<nlohmann::json>)> done);
 
   Config config_;
   SystemClock clock_;
+  Metrics metrics_;  // recorded by the engine, dispatcher, shard clock and API
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer engine_timer_;

@@ -14,6 +14,15 @@
 
 namespace delayd::store {
 
+namespace {
+
+int64_t MicrosSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t)
+      .count();
+}
+
+}  // namespace
+
 CommitQueue::CommitQueue(Backend& backend, Options options, Executor executor)
     : backend_(backend), options_(options), executor_(std::move(executor)) {}
 
@@ -74,15 +83,17 @@ void CommitQueue::WriterLoop() {
         queue_.erase(queue_.begin(), end);
       }
     }
+    const auto started = std::chrono::steady_clock::now();
     Status s = backend_.Commit(batch);
+    commit_seconds_.ObserveMicros(MicrosSince(started));
     // A conflict (a taken key or name) is the client's, answered as such.
-    if (!s.ok() && s.code() != StatusCode::kConflict) {
-      spdlog::error("store: batch of {} failed: {}", batch.size(), s.ToString());
-    }
+    const bool failed = !s.ok() && s.code() != StatusCode::kConflict;
+    if (failed) spdlog::error("store: batch of {} failed: {}", batch.size(), s.ToString());
     {
       std::lock_guard lock(mu_);
       ++stats_.batches;
       stats_.mutations += batch.size();
+      commit_failing_ = failed;
     }
     if (!s.ok()) {  // rolled back: nothing to sync, everyone is told
       Complete(std::move(batch), s);
@@ -138,13 +149,15 @@ void CommitQueue::SyncerLoop() {
       sync_by_.reset();
     }
     // Commits the writer makes during this sync wait for the next one.
+    const auto started = Clock::now();
     Status s = backend_.Sync();
-    if (s.ok()) {
+    sync_seconds_.ObserveMicros(MicrosSince(started));
+    {
       std::lock_guard lock(mu_);
-      ++stats_.syncs;
-    } else {
-      spdlog::error("store: {}", s.ToString());
+      if (s.ok()) ++stats_.syncs;
+      sync_failing_ = !s.ok();
     }
+    if (!s.ok()) spdlog::error("store: {}", s.ToString());
     Batch answered;
     {
       std::lock_guard lock(sync_mu_);
@@ -201,8 +214,16 @@ void CommitQueue::Complete(Batch batch, const Status& s) {
 }
 
 StoreStats CommitQueue::stats() const {
-  std::lock_guard lock(mu_);
-  return stats_;
+  StoreStats out;
+  {
+    std::lock_guard lock(mu_);
+    out = stats_;
+    out.queued = queue_.size();
+    out.failing = commit_failing_ || sync_failing_;
+  }
+  out.commit_seconds = commit_seconds_.Read();
+  out.sync_seconds = sync_seconds_.Read();
+  return out;
 }
 
 void CommitQueue::Close() {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/executor.h"
+#include "common/histogram.h"
 #include "store/store.h"
 
 namespace delayd::store {
@@ -112,9 +113,13 @@ class CommitQueue {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  Batch queue_;            // guarded by mu_
-  bool stopping_ = false;  // guarded by mu_
-  StoreStats stats_;       // guarded by mu_
+  Batch queue_;                  // guarded by mu_
+  bool stopping_ = false;        // guarded by mu_
+  StoreStats stats_;             // guarded by mu_; the rest is filled by stats()
+  bool commit_failing_ = false;  // guarded by mu_: the last commit failed
+  bool sync_failing_ = false;    // guarded by mu_: the last sync failed
+  Histogram commit_seconds_{Histogram::LatencyBounds()};
+  Histogram sync_seconds_{Histogram::LatencyBounds()};
   std::thread writer_;
 
   // Between the writer and the syncer. Commits are numbered from 1.

@@ -30,6 +30,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/histogram.h"
 #include "common/status.h"
 #include "store/job_record.h"
 #include "store/timer_record.h"
@@ -235,7 +236,13 @@ struct ListQuery {
 struct StoreStats {
   uint64_t batches = 0;
   uint64_t mutations = 0;
-  uint64_t syncs = 0;  // disk syncs of committed batches
+  uint64_t syncs = 0;   // disk syncs of committed batches
+  uint64_t queued = 0;  // submissions waiting for the writer
+  // The last commit or sync failed (not by a client's conflict): the store
+  // is not taking writes now, as far as anyone has seen.
+  bool failing = false;
+  HistogramSnapshot commit_seconds;  // a batch's transaction, from its first statement to commit
+  HistogramSnapshot sync_seconds;    // a sync making commits survive a power cut
 };
 
 class Store {

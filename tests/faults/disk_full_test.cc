@@ -79,6 +79,10 @@ TEST_F(DiskFullTest, WritesFailClearlyReadsGoOnAndSpaceComingBackHeals) {
   EXPECT_EQ(h.status, 503) << h.body;
   EXPECT_EQ(h.json().value("type", ""), "https://delayd.dev/problems/storage-full") << h.body;
   EXPECT_NE(h.json().value("detail", "").find("disk is full"), std::string::npos) << h.body;
+  // A load balancer's readiness probe stops sending writers here meanwhile.
+  HttpReply ready = HttpCall(server_->http_port(), "GET", "/readyz");
+  EXPECT_EQ(ready.status, 503) << ready.body;
+  EXPECT_NE(ready.json().value("detail", "").find("store"), std::string::npos) << ready.body;
 
   // Reads and reserves do not need the disk.
   EXPECT_EQ(c.Cmd("stats").rfind("OK ", 0), 0u);
@@ -102,6 +106,7 @@ TEST_F(DiskFullTest, WritesFailClearlyReadsGoOnAndSpaceComingBackHeals) {
   acked.push_back(Number(again));
   EXPECT_EQ(HttpCall(server_->http_port(), "POST", "/v1/topics/t/jobs", R"({"body":"ok"})").status,
             201);
+  EXPECT_EQ(HttpCall(server_->http_port(), "GET", "/readyz").status, 200);
 
   // Nothing acknowledged was lost or damaged: all there after a crash.
   server_->Kill9();
