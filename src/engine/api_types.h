@@ -58,7 +58,8 @@ struct ListFilter {
   std::string key_prefix;
   std::optional<int64_t> due_after_ms;
   std::optional<int64_t> due_before_ms;
-  uint64_t after_id = 0;  // the cursor
+  std::string error_contains;  // in last_error; empty: any
+  uint64_t after_id = 0;       // the cursor
   size_t limit = 100;
 };
 

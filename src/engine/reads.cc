@@ -340,7 +340,7 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
     }
     if (f.due_after_ms && r.due_ms < *f.due_after_ms) return false;
     if (f.due_before_ms && r.due_ms >= *f.due_before_ms) return false;
-    return true;
+    return r.last_error.find(f.error_contains) != std::string::npos;
   };
   if (f.state == JobState::kReserved && shared_ == nullptr) {
     // Reservations live only in memory (in cluster mode they are rows).
@@ -369,6 +369,7 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
   q.key_prefix = f.key_prefix;
   q.due_after_ms = f.due_after_ms;
   q.due_before_ms = f.due_before_ms;
+  q.error_contains = f.error_contains;
   q.after_id = f.after_id;
   q.limit = f.limit + 1;
   Aside([&store = store_, q] { return store.List(q); },

@@ -9,6 +9,7 @@
 #include "delivery/dispatcher.h"
 #include "engine/spec_json.h"
 #include "http/api_util.h"
+#include "http/bulk_ops.h"
 
 namespace delayd::http {
 
@@ -239,6 +240,10 @@ const std::vector<Api::Route>& Api::Table() {
       {{"POST", "/v1/jobs/{id}/bury"}, [](Api& a, Call& c) { a.Settle(c, S::kBury); }},
       {{"POST", "/v1/jobs/{id}/touch"}, [](Api& a, Call& c) { a.Settle(c, S::kTouch); }},
       {{"GET", "/v1/jobs/{id}/attempts"}, [](Api& a, Call& c) { a.Attempts(c); }},
+      {{"POST", "/v1/bulk"}, [](Api& a, Call& c) { a.StartBulk(c); }},
+      {{"GET", "/v1/bulk"}, [](Api& a, Call& c) { a.ListBulk(c); }},
+      {{"GET", "/v1/bulk/{id}"}, [](Api& a, Call& c) { a.GetBulk(c); }},
+      {{"POST", "/v1/bulk/{id}/stop"}, [](Api& a, Call& c) { a.StopBulk(c); }},
       {{"POST", "/v1/timers/preview"}, [](Api& a, Call& c) { a.PreviewTimer(c); }},
       {{"POST", "/v1/timers"}, [](Api& a, Call& c) { a.CreateTimer(c); }},
       {{"GET", "/v1/timers"}, [](Api& a, Call& c) { a.ListTimers(c); }},
@@ -271,7 +276,10 @@ Api::Api(boost::asio::io_context& io, engine::Engine& engine, const Clock& clock
       dispatcher_(dispatcher),
       server_stats_(std::move(server_stats)),
       options_(std::move(options)),
-      timers_(timers) {}
+      timers_(timers),
+      bulk_(std::make_unique<BulkOps>(io, engine, clock)) {}
+
+Api::~Api() = default;
 
 void Api::Handle(Request req, Reply reply) {
   const bool needs_token =
@@ -448,35 +456,9 @@ void Api::DeleteJob(Call& c) {
 }
 
 void Api::ListJobs(Call& c) {
-  engine::ListFilter f;
-  static constexpr const char* kKnown[] = {"topic",      "state", "key_prefix", "due_after",
-                                           "due_before", "limit", "cursor"};
-  for (const auto& param : c.query) {
-    const std::string& name = param.first;
-    if (std::find_if(std::begin(kKnown), std::end(kKnown),
-                     [&](const char* known) { return name == known; }) == std::end(kKnown)) {
-      return c.reply(ProblemResponse(Status::InvalidField(name, "unknown query parameter")));
-    }
-  }
-  if (auto t = QueryValue(c.query, "topic")) f.topic = *t;
-  if (auto s = QueryValue(c.query, "state")) {
-    f.state = engine::ParseState(*s);
-    if (!f.state) {
-      return c.reply(ProblemResponse(
-          Status::InvalidField("state", "must be one of delayed, ready, reserved, buried, done")));
-    }
-  }
-  if (auto p = QueryValue(c.query, "key_prefix")) f.key_prefix = *p;
-  for (const char* name : {"due_after", "due_before"}) {
-    if (auto v = QueryValue(c.query, name)) {
-      auto at = ParseRfc3339(*v);
-      if (!at) {
-        return c.reply(
-            ProblemResponse(Status::InvalidField(name, "must be an RFC 3339 date-time")));
-      }
-      (std::string_view(name) == "due_after" ? f.due_after_ms : f.due_before_ms) = *at;
-    }
-  }
+  auto filter = ParseListFilter(c.query, {"limit", "cursor"});
+  if (!filter.ok()) return c.reply(ProblemResponse(filter.status()));
+  engine::ListFilter& f = *filter;
   auto limit = QueryInt(c.query, "limit", 1, 1000, 100);
   if (!limit.ok()) return c.reply(ProblemResponse(limit.status()));
   f.limit = static_cast<size_t>(*limit);

@@ -29,6 +29,7 @@ struct TimerInfo;
 namespace delayd::http {
 
 class PullWaiter;
+class BulkOps;
 
 struct ApiOptions {
   std::string token;        // non-empty: every /v1 route needs "Authorization: Bearer <token>"
@@ -65,6 +66,7 @@ class Api final : public Handler {
   Api(boost::asio::io_context& io, engine::Engine& engine, const Clock& clock,
       delivery::Dispatcher* dispatcher, std::function<nlohmann::json()> server_stats,
       ApiOptions options, timer::TimerService* timers = nullptr);
+  ~Api() override;
   void Handle(Request req, Reply reply) override;
 
   // Shutting down: every waiting HTTP reserve answers 503 now.
@@ -119,6 +121,11 @@ class Api final : public Handler {
   void PreviewTimer(Call& c);
   void TimerFires(Call& c);
   void ReplyTimer(const Reply& reply, Result<timer::TimerInfo> r, int status = 200);
+  // bulk_api.cc
+  void StartBulk(Call& c);
+  void ListBulk(Call& c);
+  void GetBulk(Call& c);
+  void StopBulk(Call& c);
 
   nlohmann::json RenderTopic(const engine::TopicInfo& t) const;
   // Replies with the job as it now reads, or the status as a problem.
@@ -132,6 +139,7 @@ class Api final : public Handler {
   ApiOptions options_;
   std::unordered_set<std::shared_ptr<PullWaiter>> waiters_;  // HTTP reserves still waiting
   timer::TimerService* timers_;
+  std::unique_ptr<BulkOps> bulk_;
 };
 
 // A problem+json response (RFC 9457) for a failed status.

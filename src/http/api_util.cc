@@ -1,8 +1,11 @@
 #include "http/api_util.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "common/json_text.h"
+#include "common/time_format.h"
+#include "engine/job_state.h"
 
 namespace delayd::http {
 
@@ -46,6 +49,43 @@ Result<uint64_t> ParseId(const std::string& s, const char* what) {
     return Status::InvalidField("id", std::string("must be a positive integer ") + what + " id");
   }
   return id;
+}
+
+Result<engine::ListFilter> ParseListFilter(const Query& q,
+                                           std::initializer_list<std::string_view> more,
+                                           const std::string& prefix) {
+  static constexpr std::string_view kKnown[] = {"topic",     "state",      "key_prefix",
+                                                "due_after", "due_before", "error"};
+  for (const auto& [name, value] : q) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), name) == std::end(kKnown) &&
+        std::find(more.begin(), more.end(), name) == more.end()) {
+      return Status::InvalidField(prefix + name,
+                                  prefix.empty() ? "unknown query parameter" : "unknown field");
+    }
+  }
+  engine::ListFilter f;
+  if (auto t = QueryValue(q, "topic")) {
+    if (Status s = CheckTopicName(*t); !s.ok())
+      return Status::InvalidField(prefix + "topic", s.message());
+    f.topic = *t;
+  }
+  if (auto s = QueryValue(q, "state")) {
+    f.state = engine::ParseState(*s);
+    if (!f.state) {
+      return Status::InvalidField(prefix + "state",
+                                  "must be one of delayed, ready, reserved, buried, done");
+    }
+  }
+  if (auto p = QueryValue(q, "key_prefix")) f.key_prefix = *p;
+  if (auto e = QueryValue(q, "error")) f.error_contains = *e;
+  for (const char* name : {"due_after", "due_before"}) {
+    if (auto v = QueryValue(q, name)) {
+      auto at = ParseRfc3339(*v);
+      if (!at) return Status::InvalidField(prefix + name, "must be an RFC 3339 date-time");
+      (std::string_view(name) == "due_after" ? f.due_after_ms : f.due_before_ms) = *at;
+    }
+  }
+  return f;
 }
 
 Status CheckTopicName(const std::string& name) {

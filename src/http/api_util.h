@@ -2,6 +2,7 @@
 // parameters, ids and topic names, each failing with the field at fault.
 #pragma once
 
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/api_types.h"
 #include "http/server.h"
 
 namespace delayd::http {
@@ -25,5 +27,12 @@ Result<int64_t> QueryInt(const Query& q, const char* name, int64_t lo, int64_t h
 Result<uint64_t> ParseId(const std::string& s, const char* what);
 // beanstalkd's tube-name rules.
 Status CheckTopicName(const std::string& name);
+// A job filter (GET /v1/jobs, POST /v1/bulk): topic, state, key_prefix,
+// due_after, due_before (RFC 3339) and error (text in the last error). A
+// parameter neither these nor one of `more` is an error; `prefix` goes
+// before names in errors ("filter.").
+Result<engine::ListFilter> ParseListFilter(const Query& q,
+                                           std::initializer_list<std::string_view> more,
+                                           const std::string& prefix = "");
 
 }  // namespace delayd::http

@@ -228,6 +228,7 @@ struct ListQuery {
   std::string key_prefix;
   std::optional<int64_t> due_after_ms;   // due_ms >= this
   std::optional<int64_t> due_before_ms;  // due_ms < this
+  std::string error_contains;            // last_error contains these bytes; empty: any
   uint64_t after_id = 0;
   size_t limit = 100;
 };

@@ -1171,6 +1171,10 @@ Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
     add(" AND due_ms<${}", kInt8);
     p.Int(*lq.due_before_ms);
   }
+  if (!lq.error_contains.empty()) {
+    add(" AND position(${} in last_error)>0", kBytea);
+    p.Bytes(lq.error_contains);
+  }
   add(" ORDER BY id LIMIT ${}", kInt8);
   p.Int(static_cast<int64_t>(lq.limit));
   return Rows(Read([&](PgConn& c) { return c.Query(sql, p, types); }), ReadJob);

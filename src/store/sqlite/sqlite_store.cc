@@ -907,6 +907,7 @@ Result<std::vector<JobRecord>> SqliteStore::List(const ListQuery& lq) {
   if (!lq.key_prefix.empty()) sql += " AND substr(key, 1, length(?4))=?4";
   if (lq.due_after_ms) sql += " AND due_ms>=?5";
   if (lq.due_before_ms) sql += " AND due_ms<?6";
+  if (!lq.error_contains.empty()) sql += " AND instr(last_error, ?8)>0";
   sql += " ORDER BY id LIMIT ?7";
   Stmt q;
   Status s = q.Prepare(read_db_, sql);
@@ -918,6 +919,7 @@ Result<std::vector<JobRecord>> SqliteStore::List(const ListQuery& lq) {
   if (lq.due_after_ms) q.Bind(5, *lq.due_after_ms);
   if (lq.due_before_ms) q.Bind(6, *lq.due_before_ms);
   q.Bind(7, static_cast<int64_t>(lq.limit));
+  if (!lq.error_contains.empty()) q.Bind(8, lq.error_contains);
   return ReadJobs(q);
 }
 

@@ -106,6 +106,7 @@ class MemoryStore final : public Store {
       if (j.key.compare(0, q.key_prefix.size(), q.key_prefix) != 0) continue;
       if (q.due_after_ms && j.due_ms < *q.due_after_ms) continue;
       if (q.due_before_ms && j.due_ms >= *q.due_before_ms) continue;
+      if (j.last_error.find(q.error_contains) == std::string::npos) continue;
       out.push_back(j);
     }
     return out;
