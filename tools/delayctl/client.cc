@@ -1,0 +1,76 @@
+#include "client.h"
+
+#include <curl/curl.h>
+
+namespace delayctl {
+
+namespace {
+
+size_t Append(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+}  // namespace
+
+Client::Client(std::string server, std::string token, long timeout_ms)
+    : server_(std::move(server)), token_(std::move(token)), timeout_ms_(timeout_ms) {
+  while (!server_.empty() && server_.back() == '/') server_.pop_back();
+}
+
+Reply Client::Call(const std::string& method, const std::string& path,
+                   const std::string& body) const {
+  Reply r;
+  CURL* curl = curl_easy_init();
+  if (curl == nullptr) {
+    r.error = "cannot start libcurl";
+    return r;
+  }
+  const std::string url = server_ + path;
+  curl_slist* headers = nullptr;
+  headers = curl_slist_append(headers, "Accept: application/json");
+  if (!body.empty()) headers = curl_slist_append(headers, "Content-Type: application/json");
+  const std::string auth = "Authorization: Bearer " + token_;
+  if (!token_.empty()) headers = curl_slist_append(headers, auth.c_str());
+  char err[CURL_ERROR_SIZE] = {};
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH") {
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  }
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Append);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r.body);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms_);
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, std::min(timeout_ms_, 5000L));
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, err);
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  CURLcode rc = curl_easy_perform(curl);
+  if (rc != CURLE_OK) {
+    r.error = err[0] != '\0' ? err : curl_easy_strerror(rc);
+  } else {
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.status);
+  }
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  return r;
+}
+
+std::string Escape(const std::string& s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace delayctl

@@ -1,0 +1,33 @@
+// Client: HTTP calls to delayd's API for delayctl, one libcurl handle per
+// call, with the token and a deadline; never follows redirects.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace delayctl {
+
+struct Reply {
+  long status = 0;    // 0: no answer (error says why)
+  std::string body;   // as sent by the server
+  std::string error;  // transport failure
+  nlohmann::json json() const { return nlohmann::json::parse(body, nullptr, false); }
+};
+
+class Client {
+ public:
+  // `server`: "http://127.0.0.1:8080"; `token` empty: none.
+  Client(std::string server, std::string token, long timeout_ms);
+  Reply Call(const std::string& method, const std::string& path,
+             const std::string& body = "") const;
+
+ private:
+  std::string server_;
+  std::string token_;
+  long timeout_ms_;
+};
+
+// "a b/c" -> "a%20b%2Fc": a path segment or query value.
+std::string Escape(const std::string& s);
+
+}  // namespace delayctl
