@@ -364,3 +364,43 @@ TEST_F(HttpApiTest, TopicsPauseAndResume) {
 
 }  // namespace
 }  // namespace delayd::testing
+
+namespace delayd::testing {
+namespace {
+
+uint64_t Sum(const nlohmann::json& counts) {
+  uint64_t n = 0;
+  for (const auto& c : counts) n += c.get<uint64_t>();
+  return n;
+}
+
+TEST_F(HttpApiTest, TheDueForecastCountsDelayedJobsPerComingBucket) {
+  using nlohmann::json;
+  Ok("POST", "/v1/topics/f/jobs",
+     json::array({{{"delay", "5m"}},
+                  {{"delay", "5m"}},
+                  {{"delay", "5m"}},
+                  {{"delay", "90m"}},
+                  {{"delay", "90m"}},
+                  {{"delay", "3d"}}}),
+     201);
+  Ok("POST", "/v1/topics/g/jobs", json::array({{{"delay", "5m"}}, {{"delay", 0}}}), 201);
+  json minutes = Ok("GET", "/v1/forecast?bucket=minute&count=10&topic=f");
+  ASSERT_EQ(minutes["counts"].size(), 10u) << minutes;
+  EXPECT_EQ(Sum(minutes["counts"]), 3u) << minutes;
+  EXPECT_EQ(minutes["counts"][5].get<uint64_t>() + minutes["counts"][4].get<uint64_t>(), 3u)
+      << "due in 5 minutes: " << minutes;
+  EXPECT_EQ(minutes["bucket_ms"], 60000);
+  json hours = Ok("GET", "/v1/forecast?bucket=hour&count=3&topic=f");
+  EXPECT_EQ(hours["counts"][0].get<uint64_t>() + hours["counts"][1].get<uint64_t>(), 5u) << hours;
+  EXPECT_EQ(Sum(hours["counts"]), 5u) << "three days out is beyond 3 hours: " << hours;
+  json days = Ok("GET", "/v1/forecast?bucket=day");
+  ASSERT_EQ(days["counts"].size(), 30u);
+  EXPECT_EQ(Sum(days["counts"]), 7u) << "every topic's delayed jobs, not the ready one: " << days;
+  EXPECT_EQ(Call("GET", "/v1/forecast?bucket=week").status, 400);
+  EXPECT_EQ(Call("GET", "/v1/forecast?count=0").status, 400);
+  EXPECT_EQ(Call("GET", "/v1/forecast?colour=red").status, 400);
+}
+
+}  // namespace
+}  // namespace delayd::testing

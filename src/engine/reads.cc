@@ -405,6 +405,16 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
         });
 }
 
+void Engine::DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<std::string> topic,
+                         Reply<std::vector<uint64_t>> done) {
+  const int64_t from = store::DueMinute(clock_.WallMillis());
+  Aside(
+      [&store = store_, from, bucket_minutes, buckets, topic = std::move(topic)] {
+        return store.DueCounts(from, bucket_minutes, buckets, topic);
+      },
+      [done = std::move(done)](Result<std::vector<uint64_t>> r, uint64_t) { done(std::move(r)); });
+}
+
 std::vector<TopicInfo> Engine::Topics() const {
   std::vector<TopicInfo> out;
   for (auto& t : tubes_) out.push_back(Topic(t->name).value());

@@ -108,6 +108,7 @@ class Api final : public Handler {
   void PutTopic(Call& c);
   void PauseTopic(Call& c, bool pause);
   void Stats(Call& c);
+  void Forecast(Call& c);
   void MetricsPage(Call& c);  // metrics_page.cc
   void Ready(Call& c);
   // timer_api.cc

@@ -277,6 +277,11 @@ class Store {
   virtual Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
                                                     const std::string& key) = 0;
   virtual Result<std::vector<JobRecord>> List(const ListQuery& q) = 0;
+  // Delayed jobs (of `tube`, or all) per bucket of `bucket_minutes` due
+  // minutes from `from_minute` on: `buckets` counts, the first bucket first.
+  virtual Result<std::vector<uint64_t>> DueCounts(int64_t from_minute, int64_t bucket_minutes,
+                                                  size_t buckets,
+                                                  const std::optional<std::string>& tube) = 0;
   // Delayed jobs of one due minute with id > after_id, in id order.
   virtual Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
                                                     size_t limit) = 0;

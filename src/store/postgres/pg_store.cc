@@ -1180,6 +1180,36 @@ Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
   return Rows(Read([&](PgConn& c) { return c.Query(sql, p, types); }), ReadJob);
 }
 
+Result<std::vector<uint64_t>> PgStore::DueCounts(int64_t from_minute, int64_t bucket_minutes,
+                                                 size_t buckets,
+                                                 const std::optional<std::string>& tube) {
+  Params p;
+  p.Int(from_minute)
+      .Int(bucket_minutes)
+      .Int(from_minute + bucket_minutes * static_cast<int64_t>(buckets));
+  std::vector<Oid> types = {kInt8, kInt8, kInt8};
+  std::string sql =
+      "SELECT (due_min - $1) / $2, count(*) FROM jobs WHERE state = 1 AND due_min >= $1 AND "
+      "due_min < $3";
+  if (tube) {
+    sql += " AND tube = $4";
+    p.Bytes(*tube);
+    types.push_back(kText);
+  }
+  sql += " GROUP BY 1";
+  auto rows =
+      Rows(Read([&](PgConn& c) { return c.Query(sql, p, types); }), [](const PGresult* r, int row) {
+        return std::pair{pg::GetInt(r, row, 0), pg::GetInt(r, row, 1)};
+      });
+  if (!rows.ok()) return rows.status();
+  std::vector<uint64_t> out(buckets);
+  for (auto [b, n] : *rows) {
+    if (b >= 0 && b < static_cast<int64_t>(buckets))
+      out[static_cast<size_t>(b)] = static_cast<uint64_t>(n);
+  }
+  return out;
+}
+
 Result<std::vector<JobRecord>> PgStore::LoadMinute(int64_t minute, uint64_t after_id,
                                                    size_t limit) {
   return Rows(Read("load_minute", Params()

@@ -96,6 +96,16 @@ class MemoryStore final : public Store {
     }
     return std::optional<JobRecord>();
   }
+  Result<std::vector<uint64_t>> DueCounts(int64_t from, int64_t width, size_t n,
+                                          const std::optional<std::string>& tube) override {
+    std::vector<uint64_t> out(n);
+    for (const auto& [id, j] : written_.jobs) {
+      const int64_t b = (DueMinute(j.due_ms) - from) / width;
+      if (j.state != StoredState::kDelayed || (tube && j.tube != *tube)) continue;
+      if (DueMinute(j.due_ms) >= from && b < static_cast<int64_t>(n)) ++out[static_cast<size_t>(b)];
+    }
+    return out;
+  }
   Result<std::vector<JobRecord>> List(const ListQuery& q) override {
     std::vector<JobRecord> out;
     for (auto it = written_.jobs.upper_bound(q.after_id);
