@@ -228,9 +228,9 @@ class Engine {
   // The live job, or done job within its retention, holding `key`.
   void GetByKey(const std::string& topic, const std::string& key, Reply<JobInfo> done);
   void List(const ListFilter& f, Reply<ListPage> done);
-  // The due forecast: delayed jobs (of `topic`, or all) per bucket of
-  // `bucket_minutes` from the current minute on, read from the store (the
-  // cluster's in cluster mode).
+  // The due forecast: delayed jobs (of `topic`, or all) due from now on, per
+  // bucket of `bucket_minutes` from the current minute, read from the store
+  // (the cluster's in cluster mode).
   void DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<std::string> topic,
                    Reply<std::vector<uint64_t>> done);
   // kConflict when reserved.

@@ -407,7 +407,7 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
 
 void Engine::DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<std::string> topic,
                          Reply<std::vector<uint64_t>> done) {
-  const int64_t from = store::DueMinute(clock_.WallMillis());
+  const int64_t from = clock_.WallMillis();
   Aside(
       [&store = store_, from, bucket_minutes, buckets, topic = std::move(topic)] {
         return store.DueCounts(from, bucket_minutes, buckets, topic);

@@ -277,9 +277,11 @@ class Store {
   virtual Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
                                                     const std::string& key) = 0;
   virtual Result<std::vector<JobRecord>> List(const ListQuery& q) = 0;
-  // Delayed jobs (of `tube`, or all) per bucket of `bucket_minutes` due
-  // minutes from `from_minute` on: `buckets` counts, the first bucket first.
-  virtual Result<std::vector<uint64_t>> DueCounts(int64_t from_minute, int64_t bucket_minutes,
+  // Delayed jobs (of `tube`, or all) due from `now_ms` on, per bucket of
+  // `bucket_minutes` due minutes from now_ms's minute: `buckets` counts, the
+  // first bucket first. (A job whose due time has passed may still be stored
+  // as delayed on one node, where memory makes it ready: not counted.)
+  virtual Result<std::vector<uint64_t>> DueCounts(int64_t now_ms, int64_t bucket_minutes,
                                                   size_t buckets,
                                                   const std::optional<std::string>& tube) = 0;
   // Delayed jobs of one due minute with id > after_id, in id order.

@@ -1180,23 +1180,28 @@ Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
   return Rows(Read([&](PgConn& c) { return c.Query(sql, p, types); }), ReadJob);
 }
 
-Result<std::vector<uint64_t>> PgStore::DueCounts(int64_t from_minute, int64_t bucket_minutes,
+Result<std::vector<uint64_t>> PgStore::DueCounts(int64_t now_ms, int64_t bucket_minutes,
                                                  size_t buckets,
                                                  const std::optional<std::string>& tube) {
+  // As SqliteStore's: the minutes after now's from the index, now's from now on.
+  const int64_t from = DueMinute(now_ms);
   Params p;
-  p.Int(from_minute)
+  p.Int(from)
       .Int(bucket_minutes)
-      .Int(from_minute + bucket_minutes * static_cast<int64_t>(buckets));
-  std::vector<Oid> types = {kInt8, kInt8, kInt8};
-  std::string sql =
-      "SELECT (due_min - $1) / $2, count(*) FROM jobs WHERE state = 1 AND due_min >= $1 AND "
-      "due_min < $3";
+      .Int(from + bucket_minutes * static_cast<int64_t>(buckets))
+      .Int(now_ms);
+  std::vector<Oid> types = {kInt8, kInt8, kInt8, kInt8};
+  std::string where = "state = 1";
   if (tube) {
-    sql += " AND tube = $4";
+    where += " AND tube = $5";
     p.Bytes(*tube);
     types.push_back(kText);
   }
-  sql += " GROUP BY 1";
+  const std::string sql =
+      "SELECT 0::int8, count(*) FROM jobs WHERE " + where +
+      " AND due_min = $1 AND due_ms >= $4 UNION ALL SELECT (due_min - $1) / $2, count(*) FROM jobs "
+      "WHERE " +
+      where + " AND due_min > $1 AND due_min < $3 GROUP BY 1";
   auto rows =
       Rows(Read([&](PgConn& c) { return c.Query(sql, p, types); }), [](const PGresult* r, int row) {
         return std::pair{pg::GetInt(r, row, 0), pg::GetInt(r, row, 1)};
@@ -1205,7 +1210,7 @@ Result<std::vector<uint64_t>> PgStore::DueCounts(int64_t from_minute, int64_t bu
   std::vector<uint64_t> out(buckets);
   for (auto [b, n] : *rows) {
     if (b >= 0 && b < static_cast<int64_t>(buckets))
-      out[static_cast<size_t>(b)] = static_cast<uint64_t>(n);
+      out[static_cast<size_t>(b)] += static_cast<uint64_t>(n);
   }
   return out;
 }

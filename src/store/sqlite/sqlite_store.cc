@@ -923,31 +923,35 @@ Result<std::vector<JobRecord>> SqliteStore::List(const ListQuery& lq) {
   return ReadJobs(q);
 }
 
-Result<std::vector<uint64_t>> SqliteStore::DueCounts(int64_t from_minute, int64_t bucket_minutes,
+Result<std::vector<uint64_t>> SqliteStore::DueCounts(int64_t now_ms, int64_t bucket_minutes,
                                                      size_t buckets,
                                                      const std::optional<std::string>& tube) {
-  // Only the partial index jobs_due is read unless a tube is asked for.
-  std::string sql =
-      "SELECT (due_min - ?1) / ?2, count(*) FROM jobs WHERE state = 1 AND due_min >= ?1 AND "
-      "due_min < ?3";
-  if (tube) sql += " AND tube = ?4";
-  sql += " GROUP BY 1";
-  Stmt q;
-  Status s = q.Prepare(read_db_, sql);
-  if (!s.ok()) return s;
-  q.Bind(1, from_minute);
-  q.Bind(2, bucket_minutes);
-  q.Bind(3, from_minute + bucket_minutes * static_cast<int64_t>(buckets));
-  if (tube) q.Bind(4, *tube);
+  // The minutes after now's are counted from the partial index jobs_due
+  // alone (unless a tube is asked for); now's minute, row by row, from now on.
+  const int64_t from = DueMinute(now_ms);
+  const std::string where = std::string("state = 1") + (tube ? " AND tube = ?4" : "");
   std::vector<uint64_t> out(buckets);
-  Status status;
-  while (q.Step(&status)) {
-    const int64_t b = sqlite3_column_int64(q.get(), 0);
-    if (b >= 0 && b < static_cast<int64_t>(buckets)) {
-      out[static_cast<size_t>(b)] = static_cast<uint64_t>(sqlite3_column_int64(q.get(), 1));
+  for (bool current : {true, false}) {
+    Stmt q;
+    Status s =
+        q.Prepare(read_db_, current ? "SELECT 0, count(*) FROM jobs WHERE " + where +
+                                          " AND due_min = ?1 AND due_ms >= ?2"
+                                    : "SELECT (due_min - ?1) / ?2, count(*) FROM jobs WHERE " +
+                                          where + " AND due_min > ?1 AND due_min < ?3 GROUP BY 1");
+    if (!s.ok()) return s;
+    q.Bind(1, from);
+    q.Bind(2, current ? now_ms : bucket_minutes);
+    if (!current) q.Bind(3, from + bucket_minutes * static_cast<int64_t>(buckets));
+    if (tube) q.Bind(4, *tube);
+    Status status;
+    while (q.Step(&status)) {
+      const int64_t b = sqlite3_column_int64(q.get(), 0);
+      if (b >= 0 && b < static_cast<int64_t>(buckets)) {
+        out[static_cast<size_t>(b)] += static_cast<uint64_t>(sqlite3_column_int64(q.get(), 1));
+      }
     }
+    if (!status.ok()) return status;
   }
-  if (!status.ok()) return status;
   return out;
 }
 

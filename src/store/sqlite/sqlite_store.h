@@ -52,7 +52,7 @@ class SqliteStore final : public Store, private CommitQueue::Backend {
   Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
                                             const std::string& key) override;
   Result<std::vector<JobRecord>> List(const ListQuery& q) override;
-  Result<std::vector<uint64_t>> DueCounts(int64_t from_minute, int64_t bucket_minutes,
+  Result<std::vector<uint64_t>> DueCounts(int64_t now_ms, int64_t bucket_minutes,
                                           size_t buckets,
                                           const std::optional<std::string>& tube) override;
   Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,

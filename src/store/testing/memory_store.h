@@ -100,9 +100,9 @@ class MemoryStore final : public Store {
                                           const std::optional<std::string>& tube) override {
     std::vector<uint64_t> out(n);
     for (const auto& [id, j] : written_.jobs) {
-      const int64_t b = (DueMinute(j.due_ms) - from) / width;
+      const int64_t b = (DueMinute(j.due_ms) - DueMinute(from)) / width;
       if (j.state != StoredState::kDelayed || (tube && j.tube != *tube)) continue;
-      if (DueMinute(j.due_ms) >= from && b < static_cast<int64_t>(n)) ++out[static_cast<size_t>(b)];
+      if (j.due_ms >= from && b < static_cast<int64_t>(n)) ++out[static_cast<size_t>(b)];
     }
     return out;
   }
