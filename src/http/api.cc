@@ -203,6 +203,8 @@ const std::vector<Api::Route>& Api::Table() {
          c.reply(JsonResponse(200, {{"status", "ok"}}));
        }},
       {{"GET", "/readyz"}, [](Api& a, Call& c) { a.Ready(c); }},
+      {{"GET", "/"}, [](Api& a, Call& c) { a.ConsoleFile(c, "index.html"); }},
+      {{"GET", "/console/{file}"}, [](Api& a, Call& c) { a.ConsoleFile(c, c.params[0]); }},
       {{"GET", "/metrics"}, [](Api& a, Call& c) { a.MetricsPage(c); }},
       {{"GET", "/v1/openapi.json"},
        [](Api&, Call& c) {
@@ -327,6 +329,31 @@ Handler::Reply Api::Timed(const RouteSpec& spec, Reply reply) {
     h.ObserveMicros(clock.SteadyMicros() - started_us);
     reply(std::move(r));
   };
+}
+
+// The console's files need no token: they hold no data, and the page asks
+// for the token itself once the API answers 401.
+void Api::ConsoleFile(Call& c, std::string_view name) {
+  if (options_.console == ConsoleMode::kOff) {
+    return c.reply(ProblemResponse(Status::NotFound("the console is off on this server")));
+  }
+  Response r;
+  r.headers.emplace_back("Content-Security-Policy",
+                         "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'");
+  r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  if (name == "config.json") {
+    r.body = DumpJson({{"mode", options_.console == ConsoleMode::kReadOnly ? "read-only" : "full"},
+                       {"version", options_.version}});
+    return c.reply(std::move(r));
+  }
+  for (const ConsoleAsset& a : ConsoleAssets()) {
+    if (a.name != name) continue;
+    r.content_type = std::string(a.content_type);
+    r.body = std::string(a.body);
+    return c.reply(std::move(r));
+  }
+  c.reply(ProblemResponse(Status::NotFound("no console file " + std::string(name))));
 }
 
 void Api::Ready(Call& c) {

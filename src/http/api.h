@@ -15,6 +15,7 @@
 #include "common/metrics.h"
 #include "common/version.h"
 #include "engine/engine.h"
+#include "http/console.h"
 #include "http/job_json.h"
 #include "http/server.h"
 
@@ -49,6 +50,9 @@ struct ApiOptions {
   // Open connections, for /metrics; null: not counted.
   std::function<uint64_t()> beanstalk_connections = {};
   std::function<uint64_t()> http_connections = {};
+  // The web console at "/": on, read-only (its pages offer no actions; the
+  // API still answers what the token allows) or off (404).
+  ConsoleMode console = ConsoleMode::kOn;
   // GET /readyz: why this node should not take traffic now ("" when it
   // should); null: always ready.
   std::function<std::string()> not_ready = {};
@@ -110,6 +114,7 @@ class Api final : public Handler {
   void Stats(Call& c);
   void Forecast(Call& c);
   void MetricsPage(Call& c);  // metrics_page.cc
+  void ConsoleFile(Call& c, std::string_view name);
   void Ready(Call& c);
   // timer_api.cc
   void CreateTimer(Call& c);

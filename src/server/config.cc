@@ -43,6 +43,7 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "http",
                                                "api-token",
                                                "metrics-auth",
+                                               "console",
                                                "max-batch",
                                                "max-request-bytes",
                                                "done-retention-ms",
@@ -117,6 +118,13 @@ Status LoadToml(const std::string& path, Config& config) {
   if (config.sync_delay_ms > kMaxSyncDelayMs) {
     return type_error("sync-delay-ms",
                       ("an integer from 0 to " + std::to_string(kMaxSyncDelayMs)).c_str());
+  }
+  if (auto n = t["console"]; n) {
+    const auto v = n.value<std::string>();
+    if (!v || (*v != "on" && *v != "read-only" && *v != "off")) {
+      return type_error("console", "\"on\", \"read-only\" or \"off\"");
+    }
+    config.console = *v;
   }
   for (auto [key, out] : {std::pair{"http", &config.http}, {"api-token", &config.api_token}}) {
     if (auto n = t[key]; n) {
@@ -203,6 +211,10 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "(default 127.0.0.1:8080)");
   app.add_option("--api-token", c.api_token,
                  "Require \"Authorization: Bearer TOKEN\" on every /v1 route (default: none)");
+  app.add_option("--console", c.console,
+                 "The web console at / on the HTTP port: on, read-only (no actions) or off "
+                 "(default on)")
+      ->check(CLI::IsMember({"on", "read-only", "off"}));
   app.add_flag("--metrics-auth", c.metrics_auth,
                "Require the --api-token on /metrics too (default: /metrics is open)");
   app.add_option("--max-batch", c.max_batch, "Most jobs in one HTTP submission (default 1000)")
@@ -292,6 +304,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--http")) c.http = file.http;
     if (!given("--api-token")) c.api_token = file.api_token;
     if (!given("--metrics-auth")) c.metrics_auth = file.metrics_auth;
+    if (!given("--console")) c.console = file.console;
     if (!given("--max-batch")) c.max_batch = file.max_batch;
     if (!given("--max-request-bytes")) c.max_request_bytes = file.max_request_bytes;
     if (!given("--done-retention-ms")) c.done_retention_ms = file.done_retention_ms;

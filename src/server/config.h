@@ -30,6 +30,7 @@ struct Config {
   std::string http = "127.0.0.1:8080";  // "off": no HTTP API
   std::string api_token;                // non-empty: /v1 routes need it as a bearer token
   bool metrics_auth = false;            // /metrics needs the api token too
+  std::string console = "on";           // the web console: on, read-only or off
   uint64_t max_batch = 1000;            // jobs per HTTP submission
   uint64_t max_request_bytes = 16 << 20;
   int64_t done_retention_ms = 3'600'000;

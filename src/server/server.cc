@@ -213,6 +213,9 @@ Status Server::Start() {
     ao.version = kVersion;
     ao.metrics = &metrics_;
     ao.metrics_need_token = config_.metrics_auth;
+    ao.console = config_.console == "off"         ? http::ConsoleMode::kOff
+                 : config_.console == "read-only" ? http::ConsoleMode::kReadOnly
+                                                  : http::ConsoleMode::kOn;
     ao.store_stats = [this] { return store_->stats(); };
     ao.beanstalk_connections = [this] { return uint64_t{listener_->sessions()}; };
     ao.http_connections = [this] { return uint64_t{http_server_->connections()}; };

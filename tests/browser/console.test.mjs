@@ -1,0 +1,261 @@
+// The web console in a real browser (Debian's chromium, driven by
+// playwright-core) against real delayd servers on ephemeral loopback ports:
+// every page renders with real data, a job found by key is retried from
+// it, a timer created in it fires, a bulk retry of the dead letters of one
+// error completes, the token prompt refuses a wrong token, read-only hides
+// the actions, and a screenshot of every page is written to SCREENSHOT_DIR.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const BIN = process.env.DELAYD_BIN;
+const SHOTS = process.env.SCREENSHOT_DIR || path.join(os.tmpdir(), 'delayd-console-screenshots');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+assert.ok(BIN, 'DELAYD_BIN names the delayd binary');
+fs.mkdirSync(SHOTS, { recursive: true });
+for (const f of fs.readdirSync(SHOTS)) if (f.endsWith('.png')) fs.rmSync(path.join(SHOTS, f));  // this run's only
+
+const servers = [];
+let browser;
+
+async function waitFor(what, fn, ms = 10000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise(r => setTimeout(r, 50));
+  }
+}
+
+// delayd on ephemeral ports in a fresh data dir; resolves once it serves.
+async function startDelayd(extra = [], token = '') {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'delayd-console-'));
+  const proc = spawn(BIN, ['--data-dir', dir, '--beanstalk', '127.0.0.1:0', '--http', '127.0.0.1:0', ...extra],
+                     { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  proc.stderr.on('data', d => { log += d; });
+  const port = await waitFor('delayd to listen', () => (/http=127\.0\.0\.1:(\d+)/.exec(log) || [])[1]);
+  const base = `http://127.0.0.1:${port}`;
+  const api = async (method, p, body) => {
+    const headers = { 'Content-Type': 'application/json' };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const res = await fetch(base + p, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await res.text();
+    return { status: res.status, json: text && (res.headers.get('content-type') || '').includes('json') ? JSON.parse(text) : text };
+  };
+  const server = { base, api, proc, dir, stop: () => proc.kill('SIGTERM') };
+  servers.push(server);
+  return server;
+}
+
+// Push targets: /gone answers 410 (a dead letter at once); others 200.
+const received = [];
+const receiver = http.createServer((req, res) => {
+  req.resume();
+  req.on('end', () => {
+    received.push({ path: req.url, key: req.headers['delayd-key'] || '' });
+    res.writeHead(req.url === '/gone' ? 410 : 200).end('ok');
+  });
+});
+await new Promise(r => receiver.listen(0, '127.0.0.1', r));
+const target = p => `http://127.0.0.1:${receiver.address().port}${p}`;
+
+const pageErrors = [];
+async function newPage(server, viewport = { width: 1280, height: 800 }) {
+  const context = await browser.newContext({ viewport, colorScheme: 'light' });
+  const page = await context.newPage();
+  page.on('pageerror', e => pageErrors.push(`${e.message}`));
+  // Answers the pages expect (401 before the token, 404 of /v1/cluster on one
+  // node, 400 of a schedule half typed) are logged by the browser as failed
+  // loads; anything else logged as an error is a fault.
+  page.on('console', m => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) pageErrors.push(m.text());
+  });
+  await page.goto(`${server.base}/`);
+  return page;
+}
+const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+const nav = (page, name) => page.getByRole('navigation').getByRole('link', { name, exact: true });
+const heading = (page, name) => page.getByRole('heading', { level: 1, name }).waitFor();
+
+try {
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+  const d = await startDelayd();
+
+  // Data: delayed orders, dead letters of two errors (one with a key).
+  assert.equal((await d.api('PUT', '/v1/topics/orders', { rate_limit_per_s: 50 })).status, 200);
+  assert.equal((await d.api('POST', '/v1/topics/orders/jobs', [
+    { key: 'order-1', delay: '5m', body: { order: 1 } }, { key: 'order-2', delay: '20m', body: { order: 2, total: 1.5 } },
+    { key: 'order-3', delay: '2h' }])).status, 201);
+  const gone = { url: target('/gone') };
+  assert.equal((await d.api('POST', '/v1/topics/hooks/jobs', [
+    { target: gone }, { target: gone }, { key: 'pay-7', target: gone },
+    { target: { url: 'http://127.0.0.1:1/refused' }, retry: { max_attempts: 1 } }])).status, 201);
+  await waitFor('4 dead letters', async () => (await d.api('GET', '/v1/topics/hooks')).json.counts.buried === 4);
+
+  // Overview: real counts, and live figures without a reload.
+  const page = await newPage(d);
+  await heading(page, 'Overview');
+  const stats = (await d.api('GET', '/v1/stats')).json;
+  await page.getByText('dead letters (buried)').waitFor();
+  const card = label => page.locator('.card', { hasText: label }).locator('.n');
+  assert.equal(await card('delayed').first().innerText(), String(stats.jobs.delayed));
+  assert.equal(await card('dead letters (buried)').innerText(), '4');
+  await waitFor('the throughput figures to refresh by themselves',
+    async () => (await card('submitted / s').innerText()) !== '-');
+  await page.getByText(/jobs due in the next 60 minutes/).waitFor();
+  await shot(page, 'overview');
+
+  // Keyboard: the nav is reachable with Tab and followed with Enter.
+  await page.keyboard.press('Tab');  // the skip link
+  for (let i = 0; i < 8; ++i) {
+    await page.keyboard.press('Tab');
+    if (await page.evaluate(() => document.activeElement.textContent) === 'Topics') break;
+  }
+  await page.keyboard.press('Enter');
+  await heading(page, 'Topics');
+  await page.getByRole('link', { name: 'orders' }).waitFor();
+  await shot(page, 'topics');
+
+  // A topic: pause, resume and edit its settings.
+  await page.getByRole('link', { name: 'orders' }).click();
+  await heading(page, 'Topic orders');
+  await page.getByRole('button', { name: 'Pause' }).click();
+  await page.getByText('Paused.').waitFor();
+  assert.equal((await d.api('GET', '/v1/topics/orders')).json.paused, true);
+  await page.getByRole('button', { name: 'Resume' }).click();
+  await page.getByText('Resumed.').waitFor();
+  assert.equal((await d.api('GET', '/v1/topics/orders')).json.paused, false);
+  await page.getByLabel(/target, retry/).fill('{"rate_limit_per_s": 25}');
+  await page.getByRole('button', { name: 'Save settings' }).click();
+  await page.getByText('Saved.').waitFor();
+  assert.equal((await d.api('GET', '/v1/topics/orders')).json.rate_limit_per_s, 25);
+  await shot(page, 'topic');
+
+  // Jobs: found by key, then retried from its page.
+  await nav(page, 'Jobs').click();
+  await heading(page, 'Jobs');
+  await page.getByLabel('Topic', { exact: true }).fill('hooks');
+  await page.getByLabel('Key (with topic)').fill('pay-7');
+  await page.getByRole('button', { name: 'Search' }).click();
+  const pay = (await d.api('GET', '/v1/topics/hooks/keys/pay-7')).json;
+  await page.getByRole('link', { name: String(pay.id), exact: true }).click();
+  await heading(page, `Job ${pay.id}`);
+  await page.getByText('HTTP 410').first().waitFor();
+  await shot(page, 'job');
+  const before = received.filter(r => r.key === 'pay-7').length;
+  await page.getByRole('button', { name: 'Retry' }).click();
+  await waitFor('the retried job to be delivered again', () => received.filter(r => r.key === 'pay-7').length === before + 1);
+  await waitFor('its second attempt recorded', async () => (await d.api('GET', `/v1/jobs/${pay.id}/attempts`)).json.attempts.length === 2);
+
+  // A search over the list, with its filters.
+  await page.goto(`${d.base}/#/jobs?topic=orders&key_prefix=order-`);
+  await page.getByRole('cell', { name: 'order-3' }).waitFor();
+  assert.equal(await page.locator('tbody tr').count(), 3, page.url() + await page.locator('main').innerText());
+
+  // Dead letters: grouped by error; a bulk retry of the 410s completes.
+  await waitFor('pay-7 dead again', async () => (await d.api('GET', '/v1/topics/hooks')).json.counts.buried === 4);
+  await nav(page, 'Dead letters').click();
+  await heading(page, 'Dead letters');
+  const group = page.getByRole('row').filter({ hasText: 'HTTP 410' });
+  await group.first().waitFor();
+  await shot(page, 'dead-letters');
+  const deliveries = received.length;
+  await group.first().getByRole('button', { name: 'Retry all matching' }).click();
+  await page.getByText(/Bulk retry \d+: done, 3 matched, 3 applied/).waitFor();
+  const ops = (await d.api('GET', '/v1/bulk')).json.operations;
+  assert.equal(ops[0].state, 'done');
+  assert.equal(ops[0].applied, 3);
+  assert.equal(ops[0].filter.error.includes('410'), true);
+  await waitFor('the three redelivered', () => received.length === deliveries + 3);
+  await shot(page, 'dead-letters-after-bulk');
+
+  // Timers: a timer made in the console, with its live preview, fires.
+  await nav(page, 'Timers').click();
+  await heading(page, 'Timers');
+  await page.getByLabel('Name').fill('tick');
+  await page.getByLabel('Topic').fill('ticks');
+  await page.getByLabel('Time zone').fill('Asia/Shanghai');
+  await page.getByLabel(/^Schedule/).fill('@every 1s');
+  await waitFor('the preview', async () => (await page.locator('#preview li').count()) === 5);
+  assert.match(await page.locator('#preview li').first().innerText(), /Asia\/Shanghai/);
+  await shot(page, 'timers');
+  await page.getByRole('button', { name: 'Create timer' }).click();
+  await heading(page, 'Timer tick');
+  await waitFor('the timer to fire', async () => {
+    const t = (await d.api('GET', '/v1/topics/ticks')).json;
+    return t.counts && t.counts.ready + t.counts.delayed >= 1;
+  });
+  await page.getByRole('cell', { name: 'created' }).first().waitFor({ timeout: 10000 });  // a fire's job, after a refresh
+  await shot(page, 'timer');
+  await page.getByRole('button', { name: 'Pause' }).click();
+  await waitFor('the timer paused', async () => (await d.api('GET', '/v1/timers?limit=10')).json.timers[0].active === false);
+
+  // Cluster: a single node says so.
+  await nav(page, 'Cluster').click();
+  await heading(page, 'Cluster');
+  await page.getByText(/single node/).waitFor();
+  await shot(page, 'cluster');
+
+  // Dark, and a phone's width without sideways scrolling.
+  await nav(page, 'Overview').click();
+  await heading(page, 'Overview');
+  await page.getByRole('button', { name: /light and dark/ }).click();
+  assert.equal(await page.evaluate(() => getComputedStyle(document.body).backgroundColor), 'rgb(13, 17, 23)');
+  await shot(page, 'overview-dark');
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.getByRole('button', { name: /light and dark/ }).click();
+  assert.equal(await page.evaluate(() => getComputedStyle(document.body).backgroundColor), 'rgb(255, 255, 255)');
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1),
+            'no sideways scrolling at 390 px');
+  await shot(page, 'overview-phone');
+
+  // A token: the console asks, refuses a wrong one, works with the right one.
+  // Read-only: no actions offered.
+  const t = await startDelayd(['--api-token', 's3cret', '--console', 'read-only'], 's3cret');
+  assert.equal((await t.api('POST', '/v1/topics/t/jobs', { key: 'k', delay: '1h' })).status, 201);
+  const guarded = await newPage(t);
+  const dialog = guarded.getByRole('dialog', { name: 'This server needs its API token' });
+  await dialog.waitFor();
+  await shot(guarded, 'token-prompt');
+  await guarded.getByLabel('API token', { exact: true }).fill('wrong');
+  await guarded.getByRole('button', { name: 'Sign in' }).click();
+  await guarded.getByText('The server refused this token.').waitFor();
+  await shot(guarded, 'token-refused');
+  await guarded.getByLabel('API token', { exact: true }).fill('s3cret');
+  await guarded.getByRole('button', { name: 'Sign in' }).click();
+  await heading(guarded, 'Overview');
+  const k = (await t.api('GET', '/v1/topics/t/keys/k')).json;
+  await guarded.goto(`${t.base}/#/jobs/${k.id}`);
+  await heading(guarded, `Job ${k.id}`);
+  assert.equal(await guarded.getByRole('button', { name: 'Run now' }).isVisible(), false, 'read-only: no actions');
+  assert.equal(await guarded.getByRole('button', { name: 'Delete' }).isVisible(), false);
+  await shot(guarded, 'job-read-only');
+
+  // Off: no console at all.
+  const off = await startDelayd(['--console', 'off']);
+  assert.equal((await fetch(`${off.base}/`)).status, 404);
+  assert.equal((await fetch(`${off.base}/console/console.js`)).status, 404);
+
+  assert.deepEqual(pageErrors, [], 'no script errors in the pages');
+  console.log(`console: every page rendered with real data; screenshots in ${SHOTS}: ` +
+              fs.readdirSync(SHOTS).filter(f => f.endsWith('.png')).sort().join(' '));
+} catch (e) {
+  // What the page showed when it failed.
+  for (const c of browser ? browser.contexts() : []) {
+    for (const p of c.pages()) {
+      console.error(`page ${p.url()}:\n${await p.locator('main').innerText().catch(() => '?')}`);
+      await p.screenshot({ path: path.join(SHOTS, 'failure.png') }).catch(() => {});
+    }
+  }
+  throw e;
+} finally {
+  if (browser) await browser.close();
+  for (const s of servers) s.stop();
+  receiver.close();
+}
