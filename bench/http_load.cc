@@ -1,5 +1,7 @@
 // HTTP benchmarks of delayd, loopback only, each stopping by itself.
 //
+//   http_load fill    --port P [--jobs 1000000] [--from 0]
+//       submits keyed jobs (order-<i>) due 2 h to 30 d ahead (bench/console)
 //   http_load submit  --port P [--conns 4] [--batch 1000] [--jobs 200000]
 //       submits jobs (delays spread over an hour) over keep-alive
 //       connections; prints jobs/s.
@@ -398,7 +400,7 @@ int64_t NowMs() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: http_load submit|deliver|timers --port P [...]\n");
+    fprintf(stderr, "usage: http_load fill|submit|deliver|timers --port P [...]\n");
     return 2;
   }
   std::string mode = argv[1];
@@ -413,6 +415,20 @@ int main(int argc, char** argv) {
              ",\"body\":{\"order\":" + std::to_string(i) + "}}";
     });
     printf("submit jobs=%ld batch=%ld conns=%ld jobs_per_s=%.0f\n", jobs, batch, conns, rate);
+    return 0;
+  }
+  if (mode == "fill") {
+    // Keyed jobs ("order-<i>") due 2 hours to 30 days ahead: a large store
+    // for bench/console's list and search latencies.
+    const long jobs = Arg(argc, argv, "--jobs", 1'000'000);
+    const long from = Arg(argc, argv, "--from", 0);
+    double rate = Post(port, "/v1/topics/orders/jobs", jobs, 1000, 2, [from](long i) {
+      const long n = from + i;
+      return "{\"key\":\"order-" + std::to_string(n) + "\",\"delay\":" +
+             std::to_string(7'200'000 + (n * 7919) % 2'584'800'000L) +
+             ",\"body\":{\"order\":" + std::to_string(n) + "}}";
+    });
+    printf("fill jobs=%ld jobs_per_s=%.0f\n", jobs, rate);
     return 0;
   }
   if (mode == "deliver") {

@@ -125,6 +125,12 @@ DROP INDEX jobs_ready;
 CREATE INDEX jobs_ready ON jobs (tube, pri, id) WHERE state = 0 AND push = 0;
 CREATE INDEX jobs_push ON jobs (tube, pri, id) WHERE state = 0 AND push = 1;
 )sql",
+    // Version 5: the console's lists, dead letters and jobs by their error
+    // text, in id order without reading every job (bench/console).
+    R"sql(
+CREATE INDEX jobs_buried ON jobs (id) WHERE state = 2;
+CREATE INDEX jobs_erred ON jobs (id) WHERE last_error IS NOT NULL;
+)sql",
 };
 
 // A fixed hash (FNV-1a, 64 bits): shards are stored, so it never changes.

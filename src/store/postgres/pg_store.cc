@@ -1155,9 +1155,8 @@ Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
     add(" AND tube=${}", kText);
     p.Bytes(*lq.tube);
   }
-  if (lq.state) {
-    add(" AND state=${}", kInt8);
-    p.Int(static_cast<int64_t>(*lq.state));
+  if (lq.state) {  // a literal: the partial index of that state applies (jobs_buried)
+    sql += " AND state=" + std::to_string(static_cast<int>(*lq.state));
   }
   if (!lq.key_prefix.empty()) {
     add(" AND substr(key, 1, length(${0})) = ${0}", kBytea);
@@ -1172,7 +1171,7 @@ Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
     p.Int(*lq.due_before_ms);
   }
   if (!lq.error_contains.empty()) {
-    add(" AND position(${} in last_error)>0", kBytea);
+    add(" AND last_error IS NOT NULL AND position(${} in last_error)>0", kBytea);
     p.Bytes(lq.error_contains);
   }
   add(" ORDER BY id LIMIT ${}", kInt8);
