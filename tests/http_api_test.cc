@@ -406,6 +406,13 @@ TEST_F(HttpApiTest, TheDueForecastCountsDelayedJobsPerComingBucket) {
   json days = Ok("GET", "/v1/forecast?bucket=day");
   ASSERT_EQ(days["counts"].size(), 30u);
   EXPECT_EQ(Sum(days["counts"]), 7u) << "every topic's delayed jobs, not the ready one: " << days;
+  // Hour and day forecasts (every pending job for days) answer from a cache
+  // refreshed in the background; a minute forecast is read each time.
+  Ok("POST", "/v1/topics/f/jobs", {{"delay", "5m"}}, 201);
+  json again = Ok("GET", "/v1/forecast?bucket=hour&count=3&topic=f");
+  EXPECT_EQ(again["as_of"], hours["as_of"]) << again;
+  EXPECT_EQ(Sum(again["counts"]), 5u) << "the cached figures: " << again;
+  EXPECT_EQ(Sum(Ok("GET", "/v1/forecast?bucket=minute&count=10&topic=f")["counts"]), 4u);
   EXPECT_EQ(Call("GET", "/v1/forecast?bucket=week").status, 400);
   EXPECT_EQ(Call("GET", "/v1/forecast?count=0").status, 400);
   EXPECT_EQ(Call("GET", "/v1/forecast?colour=red").status, 400);

@@ -712,48 +712,6 @@ void Api::PauseTopic(Call& c, bool pause) {
   engine_.ResumeTube(name, std::move(answer));
 }
 
-// GET /v1/forecast?bucket=minute|hour|day&count=N&topic=T: how many delayed
-// jobs fall due in each coming bucket, the current one first.
-void Api::Forecast(Call& c) {
-  for (const auto& [name, value] : c.query) {
-    if (name != "bucket" && name != "count" && name != "topic") {
-      return c.reply(ProblemResponse(Status::InvalidField(name, "unknown query parameter")));
-    }
-  }
-  const std::string bucket = QueryValue(c.query, "bucket").value_or("minute");
-  struct Width {
-    const char* name;
-    int64_t minutes;
-    int64_t default_count;
-  };
-  static constexpr Width kWidths[] = {{"minute", 1, 60}, {"hour", 60, 48}, {"day", 1440, 30}};
-  const Width* w = nullptr;
-  for (const Width& x : kWidths) {
-    if (bucket == x.name) w = &x;
-  }
-  if (w == nullptr) {
-    return c.reply(ProblemResponse(Status::InvalidField("bucket", "must be minute, hour or day")));
-  }
-  auto count = QueryInt(c.query, "count", 1, 1000, w->default_count);
-  if (!count.ok()) return c.reply(ProblemResponse(count.status()));
-  std::optional<std::string> topic = QueryValue(c.query, "topic");
-  if (topic) {
-    if (Status s = CheckTopicName(*topic); !s.ok()) return c.reply(ProblemResponse(s));
-  }
-  const int64_t from_ms = store::DueMinute(clock_.WallMillis()) * store::kMillisPerMinute;
-  engine_.DueForecast(
-      w->minutes, static_cast<size_t>(*count), topic,
-      [reply = std::move(c.reply), w, from_ms, topic](Result<std::vector<uint64_t>> r) {
-        if (!r.ok()) return reply(ProblemResponse(r.status()));
-        json j = {{"bucket", w->name},
-                  {"bucket_ms", w->minutes * store::kMillisPerMinute},
-                  {"from", FormatRfc3339Ms(from_ms)},
-                  {"topic", topic ? json(*topic) : json()},
-                  {"counts", *r}};
-        reply(JsonResponse(200, j));
-      });
-}
-
 void Api::Stats(Call& c) {
   // In cluster mode the job counts are the cluster's, read from the database.
   engine_.Stats([this, reply = std::move(c.reply)](Result<engine::EngineStats> r) {

@@ -7,7 +7,9 @@
 
 #include <boost/asio/io_context.hpp>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -112,7 +114,7 @@ class Api final : public Handler {
   void PutTopic(Call& c);
   void PauseTopic(Call& c, bool pause);
   void Stats(Call& c);
-  void Forecast(Call& c);
+  void Forecast(Call& c);     // forecast.cc
   void MetricsPage(Call& c);  // metrics_page.cc
   void ConsoleFile(Call& c, std::string_view name);
   void Ready(Call& c);
@@ -146,6 +148,15 @@ class Api final : public Handler {
   std::unordered_set<std::shared_ptr<PullWaiter>> waiters_;  // HTTP reserves still waiting
   timer::TimerService* timers_;
   std::unique_ptr<BulkOps> bulk_;
+  // Hour and day forecasts by query (forecast.cc).
+  static constexpr int64_t kForecastMaxAgeMs = 15'000;
+  struct CachedForecast {
+    std::optional<Response> answer;  // the last read
+    int64_t read_ms = 0;             // when it was read
+    bool reading = false;
+    std::vector<Reply> waiting;  // for the first read
+  };
+  std::map<std::string, CachedForecast> forecasts_;
 };
 
 // A problem+json response (RFC 9457) for a failed status.

@@ -194,7 +194,9 @@ async function overview() {
       forecast.counts.map((n, i) => h('div', {style: `height:${(100 * n / max).toFixed(1)}%`,
         title: `${localTime(new Date(Date.parse(forecast.from) + i * step).toISOString())}: ${n}`}))),
     h('p', {class: 'muted'}, `${forecast.counts.reduce((a, b) => a + b, 0)} jobs due in the next ` +
-      `${forecast.counts.length} ${forecast.bucket}s; the busiest ${forecast.bucket} has ${max === 1 && !forecast.counts.some(x => x) ? 0 : max}.`),
+      `${forecast.counts.length} ${forecast.bucket}s; the busiest ${forecast.bucket} has ` +
+      `${forecast.counts.some(x => x) ? max : 0}` +
+      (forecast.bucket === 'minute' ? '.' : ` (counted at ${localTime(forecast.as_of)}).`)),
     h('h2', {}, 'Topics'),
     table(['Topic', 'Ready', 'Delayed', 'Reserved', 'Dead letters', 'Paused'],
       topics.topics.map(t => [h('a', {href: `#/topics/${encodeURIComponent(t.name)}`}, t.name),
