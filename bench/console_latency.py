@@ -53,6 +53,7 @@ requests = [
      f"/v1/jobs?limit=50&error={q('Could not resolve')}"),
     ("job: one job", f"/v1/jobs/{middle}"),
     ("job: its attempts", f"/v1/jobs/{middle}/attempts"),
+    ("dead letters: groups by error", "/v1/dead-letters?limit=100"),
     ("dead letters: state=buried, 200", "/v1/jobs?state=buried&limit=200"),
     ("dead letters: state=buried and error", f"/v1/jobs?state=buried&limit=200&error={q('resolve')}"),
 ]

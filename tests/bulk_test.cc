@@ -52,6 +52,20 @@ TEST_F(BulkTest, DeadLettersMatchingAnErrorAreRetriedAndTheOthersStay) {
       WaitUntil([&] { return Ok("GET", "/v1/topics/hooks")["counts"]["buried"] == 5; }, 10s));
   const json filter = {{"topic", "hooks"}, {"state", "buried"}, {"error", "410"}};
 
+  // The dead letters grouped by error, largest group first.
+  json groups = Ok("GET", "/v1/dead-letters");
+  EXPECT_EQ(groups["jobs"], 5) << groups;
+  ASSERT_EQ(groups["groups"].size(), 2u) << groups;
+  EXPECT_NE(groups["groups"][0]["error"].get<std::string>().find("410"), std::string::npos);
+  EXPECT_EQ(groups["groups"][0]["count"], 3);
+  EXPECT_EQ(groups["groups"][0]["first_job_id"], a[0]["id"]);
+  EXPECT_NE(groups["groups"][1]["error"].get<std::string>().find("503"), std::string::npos);
+  EXPECT_EQ(groups["groups"][1]["count"], 2);
+  EXPECT_EQ(Ok("GET", "/v1/dead-letters?limit=1")["groups"].size(), 1u);
+  EXPECT_EQ(Ok("GET", "/v1/dead-letters?topic=other")["jobs"], 0);
+  EXPECT_EQ(HttpCall(server_->http_port(), "GET", "/v1/dead-letters?colour=red").status, 400);
+  EXPECT_EQ(HttpCall(server_->http_port(), "GET", "/v1/dead-letters?limit=0").status, 400);
+
   json dry = RunBulk({{"action", "retry"}, {"filter", filter}, {"dry_run", true}});
   EXPECT_EQ(dry["state"], "done") << dry;
   EXPECT_EQ(dry["matched"], 3);

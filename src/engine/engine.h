@@ -233,6 +233,10 @@ class Engine {
   // (the cluster's in cluster mode).
   void DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<std::string> topic,
                    Reply<std::vector<uint64_t>> done);
+  // Dead letters (of `topic`, or all) grouped by last error, largest first,
+  // read from the store.
+  void DeadLetterGroups(std::optional<std::string> topic, size_t limit,
+                        Reply<std::vector<store::ErrorGroup>> done);
   // kConflict when reserved.
   void Modify(uint64_t id, const JobPatch& patch, Done done);
   // Deletes a job that is not reserved, leaving no record (a cancel), or

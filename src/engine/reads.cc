@@ -415,6 +415,15 @@ void Engine::DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<s
       [done = std::move(done)](Result<std::vector<uint64_t>> r, uint64_t) { done(std::move(r)); });
 }
 
+void Engine::DeadLetterGroups(std::optional<std::string> topic, size_t limit,
+                              Reply<std::vector<store::ErrorGroup>> done) {
+  Aside([&store = store_, topic = std::move(topic),
+         limit] { return store.BuriedByError(topic, limit); },
+        [done = std::move(done)](Result<std::vector<store::ErrorGroup>> r, uint64_t) {
+          done(std::move(r));
+        });
+}
+
 std::vector<TopicInfo> Engine::Topics() const {
   std::vector<TopicInfo> out;
   for (auto& t : tubes_) out.push_back(Topic(t->name).value());

@@ -243,6 +243,7 @@ const std::vector<Api::Route>& Api::Table() {
       {{"POST", "/v1/jobs/{id}/bury"}, [](Api& a, Call& c) { a.Settle(c, S::kBury); }},
       {{"POST", "/v1/jobs/{id}/touch"}, [](Api& a, Call& c) { a.Settle(c, S::kTouch); }},
       {{"GET", "/v1/jobs/{id}/attempts"}, [](Api& a, Call& c) { a.Attempts(c); }},
+      {{"GET", "/v1/dead-letters"}, [](Api& a, Call& c) { a.DeadLetterGroups(c); }},
       {{"POST", "/v1/bulk"}, [](Api& a, Call& c) { a.StartBulk(c); }},
       {{"GET", "/v1/bulk"}, [](Api& a, Call& c) { a.ListBulk(c); }},
       {{"GET", "/v1/bulk/{id}"}, [](Api& a, Call& c) { a.GetBulk(c); }},

@@ -114,8 +114,9 @@ class Api final : public Handler {
   void PutTopic(Call& c);
   void PauseTopic(Call& c, bool pause);
   void Stats(Call& c);
-  void Forecast(Call& c);     // forecast.cc
-  void MetricsPage(Call& c);  // metrics_page.cc
+  void Forecast(Call& c);          // forecast.cc
+  void DeadLetterGroups(Call& c);  // bulk_api.cc
+  void MetricsPage(Call& c);       // metrics_page.cc
   void ConsoleFile(Call& c, std::string_view name);
   void Ready(Call& c);
   // timer_api.cc

@@ -136,6 +136,38 @@ json ProgressJson(const BulkProgress& p) {
 
 }  // namespace
 
+// GET /v1/dead-letters?topic=T&limit=N: the dead letters grouped by their
+// last error, largest first, each group with its count and first job; what
+// the console's dead-letter page shows and retries by (a bulk retry with
+// the group's error as filter).
+void Api::DeadLetterGroups(Call& c) {
+  for (const auto& [name, value] : c.query) {
+    if (name != "topic" && name != "limit") {
+      return c.reply(ProblemResponse(Status::InvalidField(name, "unknown query parameter")));
+    }
+  }
+  auto limit = QueryInt(c.query, "limit", 1, 1000, 100);
+  if (!limit.ok()) return c.reply(ProblemResponse(limit.status()));
+  std::optional<std::string> topic = QueryValue(c.query, "topic");
+  if (topic) {
+    if (Status s = CheckTopicName(*topic); !s.ok()) return c.reply(ProblemResponse(s));
+  }
+  engine_.DeadLetterGroups(
+      topic, static_cast<size_t>(*limit),
+      [reply = std::move(c.reply)](Result<std::vector<store::ErrorGroup>> r) {
+        if (!r.ok()) return reply(ProblemResponse(r.status()));
+        json groups = json::array();
+        uint64_t total = 0;
+        for (const store::ErrorGroup& g : *r) {
+          groups.push_back({{"error", g.error.empty() ? json() : json(g.error)},
+                            {"count", g.count},
+                            {"first_job_id", g.first_id}});
+          total += g.count;
+        }
+        reply(JsonResponse(200, {{"groups", std::move(groups)}, {"jobs", total}}));
+      });
+}
+
 void Api::StartBulk(Call& c) {
   auto body = ParseBody(c.req, true);
   if (!body.ok()) return c.reply(ProblemResponse(body.status()));

@@ -233,6 +233,13 @@ struct ListQuery {
   size_t limit = 100;
 };
 
+// Jobs sharing one last error (empty: none): how many, and the lowest id.
+struct ErrorGroup {
+  std::string error;
+  uint64_t count = 0;
+  uint64_t first_id = 0;
+};
+
 // Stored job writes are counted for `stats` (binlog-records-written).
 struct StoreStats {
   uint64_t batches = 0;
@@ -281,6 +288,10 @@ class Store {
   // `bucket_minutes` due minutes from now_ms's minute: `buckets` counts, the
   // first bucket first. (A job whose due time has passed may still be stored
   // as delayed on one node, where memory makes it ready: not counted.)
+  // Dead letters (buried jobs, of `tube` or all) grouped by their last
+  // error, the largest groups first, at most `limit` groups.
+  virtual Result<std::vector<ErrorGroup>> BuriedByError(const std::optional<std::string>& tube,
+                                                        size_t limit) = 0;
   virtual Result<std::vector<uint64_t>> DueCounts(int64_t now_ms, int64_t bucket_minutes,
                                                   size_t buckets,
                                                   const std::optional<std::string>& tube) = 0;

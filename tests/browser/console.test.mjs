@@ -162,6 +162,7 @@ try {
   await waitFor('pay-7 dead again', async () => (await d.api('GET', '/v1/topics/hooks')).json.counts.buried === 4);
   await nav(page, 'Dead letters').click();
   await heading(page, 'Dead letters');
+  await page.getByText('4 buried jobs in 2 groups by last error.').waitFor();  // the server's groups
   const group = page.getByRole('row').filter({ hasText: 'HTTP 410' });
   await group.first().waitFor();
   await shot(page, 'dead-letters');
@@ -192,7 +193,14 @@ try {
     return t.counts && t.counts.ready + t.counts.delayed >= 1;
   });
   await page.getByRole('cell', { name: 'created' }).first().waitFor({ timeout: 10000 });  // a fire's job, after a refresh
+  // Editing shows the next fires as edited, in the zone typed.
+  await page.getByLabel('Time zone', { exact: true }).fill('UTC');
+  await page.getByLabel('Schedule', { exact: true }).fill('0 9 * * *');
+  await waitFor('the edit preview', async () => (await page.locator('#edit-preview li').count()) === 5);
+  assert.match(await page.locator('#edit-preview li').first().innerText(), /09:00:00 UTC/);
   await shot(page, 'timer');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await waitFor('the new schedule', async () => (await d.api('GET', '/v1/timers?limit=10')).json.timers[0].schedule === '0 9 * * *');
   await page.getByRole('button', { name: 'Pause' }).click();
   await waitFor('the timer paused', async () => (await d.api('GET', '/v1/timers?limit=10')).json.timers[0].active === false);
 

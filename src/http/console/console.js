@@ -385,20 +385,10 @@ async function runBulk(request, out) {
 }
 
 async function deadPage(at = location.hash) {
-  const jobs = [];
-  let cursor = '';
-  for (let i = 0; i < 5; ++i) {  // the first 1000 dead letters
-    const page = await api('GET', `/v1/jobs?state=buried&limit=200${cursor ? `&cursor=${cursor}` : ''}`);
-    jobs.push(...page.jobs);
-    if (!page.next_cursor) break;
-    cursor = page.next_cursor;
-  }
-  const groups = new Map();
-  for (const j of jobs) {
-    const key = j.last_error || '(no error)';
-    if (!groups.has(key)) groups.set(key, []);
-    groups.get(key).push(j);
-  }
+  // The groups are the server's (every dead letter); the list is the first 200.
+  const [summary, page] = await Promise.all([api('GET', '/v1/dead-letters?limit=100'),
+    api('GET', '/v1/jobs?state=buried&limit=200')]);
+  const jobs = page.jobs;
   const out = h('div', {id: 'bulk-result', 'aria-live': 'polite'});
   const selected = new Set();
   const each = (label, method, sub) => button(label, async () => {
@@ -406,24 +396,27 @@ async function deadPage(at = location.hash) {
       await api(method, `/v1/jobs/${id}${sub}`, method === 'POST' ? {} : undefined).catch(() => null);
     }
     await deadPage(at);
-    document.getElementById('bulk-result').replaceChildren(message(`${label}: ${selected.size} jobs.`, true));
+    const result = document.getElementById('bulk-result');
+    if (result) result.replaceChildren(message(`${label}: ${selected.size} jobs.`, true));
   }, method === 'DELETE' ? 'danger' : '');
   const bulk = (label, action, error) => button(label, async () => {
-    const filter = {state: 'buried'};
-    if (error !== '(no error)') filter.error = error;
-    const op = await runBulk({action, filter}, out);
+    const op = await runBulk({action, filter: {state: 'buried', error}}, out);
     await deadPage(at);
-    document.getElementById('bulk-result').replaceChildren(message(
-      `Bulk ${action} ${op.id}: ${op.state}, ${op.matched} matched, ${op.applied} applied, ${op.skipped} skipped`, op.state === 'done'));
+    const result = document.getElementById('bulk-result');
+    if (result) {
+      result.replaceChildren(message(`Bulk ${action} ${op.id}: ${op.state}, ${op.matched} matched, ` +
+        `${op.applied} applied, ${op.skipped} skipped`, op.state === 'done'));
+    }
   }, action === 'cancel' ? 'danger' : '');
   render(at, h('h1', {}, 'Dead letters'),
-    h('p', {class: 'muted'}, `${jobs.length} buried jobs${jobs.length === 1000 ? ' (the first 1000)' : ''}, in ${groups.size} groups by last error.`),
+    h('p', {class: 'muted'}, `${summary.jobs} buried jobs in ${summary.groups.length} groups by last error.`),
     out,
     h('h2', {}, 'By error'),
-    table(['Last error', 'Jobs', ''], [...groups].map(([error, js]) => [error, js.length,
-      h('div', {class: 'actions'}, bulk('Retry all matching', 'retry', error),
-        bulk('Delete all matching', 'cancel', error))]), [1]),
-    h('h2', {}, 'Jobs'),
+    table(['Last error', 'Jobs', 'First job', ''], summary.groups.map(g => [g.error || '(no error)', g.count,
+      h('a', {href: `#/jobs/${g.first_job_id}`}, String(g.first_job_id)),
+      g.error ? h('div', {class: 'actions'}, bulk('Retry all matching', 'retry', g.error),
+        bulk('Delete all matching', 'cancel', g.error)) : '-']), [1]),
+    h('h2', {}, jobs.length < summary.jobs ? `Jobs (the first ${jobs.length})` : 'Jobs'),
     h('div', {class: 'actions'}, each('Retry selected', 'POST', '/retry'), each('Delete selected', 'DELETE', '')),
     table(['', 'Id', 'Topic', 'Key', 'Attempts', 'Last error'], jobs.map(j => [
       h('input', {type: 'checkbox', class: 'act', 'aria-label': `Select job ${j.id}`,
@@ -431,23 +424,30 @@ async function deadPage(at = location.hash) {
       h('a', {href: `#/jobs/${j.id}`}, String(j.id)), j.topic, j.key || '-', j.attempts, j.last_error || '-'])));
 }
 
+// A list of a schedule's next fires in its zone, updated as it is typed
+// (POST /v1/timers/preview; an answer older than the last asked is dropped).
+function previewList(id) {
+  const list = h('ol', {id, 'aria-live': 'polite'});
+  let asked = 0;
+  list.update = async (schedule, zone) => {
+    const mine = ++asked;
+    try {
+      const r = await api('POST', '/v1/timers/preview', {schedule, timezone: zone, count: 5});
+      if (mine === asked) list.replaceChildren(...r.fire_times.map(t => h('li', {}, `${localTime(t, zone)} (${t})`)));
+    } catch (e) {
+      if (mine === asked) list.replaceChildren(h('li', {class: 'error'}, e.message));
+    }
+  };
+  return list;
+}
+
 async function timersPage() {
   const at = location.hash;
   const {timers} = await api('GET', '/v1/timers?limit=1000');
   const val = id => document.getElementById(id).value;
-  const preview = h('ol', {id: 'preview', 'aria-live': 'polite'});
+  const preview = previewList('preview');
   const out = h('div', {});
-  let pending = 0;
-  const update = async () => {
-    const mine = ++pending;
-    const zone = val('t-timezone') || 'UTC';
-    try {
-      const r = await api('POST', '/v1/timers/preview', {schedule: val('t-schedule'), timezone: zone, count: 5});
-      if (mine === pending) preview.replaceChildren(...r.fire_times.map(t => h('li', {}, `${localTime(t, zone)} (${t})`)));
-    } catch (e) {
-      if (mine === pending) preview.replaceChildren(h('li', {class: 'error'}, e.message));
-    }
-  };
+  const update = () => preview.update(val('t-schedule'), val('t-timezone') || 'UTC');
   const input = (id, label, attrs = {}) => h('div', {}, h('label', {for: id}, label), h('input', {id, ...attrs}));
   const form = h('form', {class: 'act', onsubmit: async e => {
     e.preventDefault();
@@ -488,8 +488,10 @@ async function timerPage(id, at = location.hash) {
   const act = (label, fn, cls) => button(label, async () => {
     try { await fn(); await timerPage(id, at); } catch (e) { out.replaceChildren(message(e.message)); }
   }, cls);
-  const schedule = h('input', {id: 'e-schedule', value: t.schedule});
-  const zone = h('input', {id: 'e-zone', value: t.timezone});
+  const editPreview = previewList('edit-preview');
+  const changed = () => editPreview.update(schedule.value, zone.value || 'UTC');
+  const schedule = h('input', {id: 'e-schedule', value: t.schedule, oninput: changed});
+  const zone = h('input', {id: 'e-zone', value: t.timezone, oninput: changed});
   render(at, h('h1', {}, `Timer ${t.name}`),
     fields([['id', t.id], ['topic', t.topic], ['schedule', t.schedule], ['time zone', t.timezone],
       ['active', t.active ? 'yes' : 'paused'], ['misfire', t.misfire], ['overlap', t.overlap],
@@ -505,7 +507,8 @@ async function timerPage(id, at = location.hash) {
     }}, h('h2', {}, 'Edit'), h('div', {class: 'grid'},
       h('div', {}, h('label', {for: 'e-schedule'}, 'Schedule'), schedule),
       h('div', {}, h('label', {for: 'e-zone'}, 'Time zone'), zone),
-      h('div', {}, h('button', {type: 'submit', class: 'primary'}, 'Save')))),
+      h('div', {}, h('button', {type: 'submit', class: 'primary'}, 'Save'))),
+      h('p', {class: 'muted'}, 'Next fires as edited:'), editPreview),
     h('h2', {}, 'Next fires'),
     h('ol', {}, next.fire_times.map(x => h('li', {}, `${localTime(x, t.timezone)} (${x})`))),
     h('h2', {}, 'Fire history'),
@@ -539,10 +542,16 @@ async function clusterPage() {
 
 // ------------------------------------------------------------------ router
 
+// Refreshes the page in `ms`, unless the user has left it, is signing in,
+// or is typing in one of its fields (then it waits for them).
 function refreshIn(ms) {
   clearTimeout(state.timer);
   const at = location.hash;
-  state.timer = setTimeout(() => { if (location.hash === at && !document.getElementById('login').open) route(true); }, ms);
+  state.timer = setTimeout(() => {
+    if (location.hash !== at || document.getElementById('login').open) return;
+    const typing = document.activeElement && document.activeElement.matches('input, textarea, select');
+    if (typing) refreshIn(ms); else route(true);
+  }, ms);
 }
 
 async function route(refresh) {

@@ -1179,6 +1179,27 @@ Result<std::vector<JobRecord>> PgStore::List(const ListQuery& lq) {
   return Rows(Read([&](PgConn& c) { return c.Query(sql, p, types); }), ReadJob);
 }
 
+Result<std::vector<ErrorGroup>> PgStore::BuriedByError(const std::optional<std::string>& tube,
+                                                       size_t limit) {
+  Params p;
+  p.Int(static_cast<int64_t>(limit));
+  std::vector<Oid> types = {kInt8};
+  if (tube) {
+    p.Bytes(*tube);
+    types.push_back(kText);
+  }
+  const std::string sql = std::string(
+                              "SELECT coalesce(last_error, ''::bytea), count(*), min(id) FROM jobs "
+                              "WHERE state = 2") +
+                          (tube ? " AND tube = $2" : "") +
+                          " GROUP BY 1 ORDER BY 2 DESC, 3 LIMIT $1";
+  return Rows(
+      Read([&](PgConn& c) { return c.Query(sql, p, types); }), [](const PGresult* r, int row) {
+        return ErrorGroup{pg::GetBytes(r, row, 0), static_cast<uint64_t>(pg::GetInt(r, row, 1)),
+                          static_cast<uint64_t>(pg::GetInt(r, row, 2))};
+      });
+}
+
 Result<std::vector<uint64_t>> PgStore::DueCounts(int64_t now_ms, int64_t bucket_minutes,
                                                  size_t buckets,
                                                  const std::optional<std::string>& tube) {

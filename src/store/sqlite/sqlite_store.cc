@@ -945,6 +945,27 @@ Result<std::vector<JobRecord>> SqliteStore::List(const ListQuery& lq) {
   return ReadJobs(q);
 }
 
+Result<std::vector<ErrorGroup>> SqliteStore::BuriedByError(const std::optional<std::string>& tube,
+                                                           size_t limit) {
+  // Reads the dead letters through jobs_buried, not every job.
+  Stmt q;
+  Status s = q.Prepare(read_db_, std::string("SELECT coalesce(last_error, ''), count(*), min(id) "
+                                             "FROM jobs WHERE state = 2") +
+                                     (tube ? " AND tube = ?2" : "") +
+                                     " GROUP BY 1 ORDER BY 2 DESC, 3 LIMIT ?1");
+  if (!s.ok()) return s;
+  q.Bind(1, static_cast<int64_t>(limit));
+  if (tube) q.Bind(2, *tube);
+  std::vector<ErrorGroup> out;
+  Status status;
+  while (q.Step(&status)) {
+    out.push_back({ColumnText(q.get(), 0), static_cast<uint64_t>(sqlite3_column_int64(q.get(), 1)),
+                   static_cast<uint64_t>(sqlite3_column_int64(q.get(), 2))});
+  }
+  if (!status.ok()) return status;
+  return out;
+}
+
 Result<std::vector<uint64_t>> SqliteStore::DueCounts(int64_t now_ms, int64_t bucket_minutes,
                                                      size_t buckets,
                                                      const std::optional<std::string>& tube) {

@@ -40,6 +40,10 @@ class FlakyStore final : public Store {
     return real_.GetByKey(t, k);
   }
   Result<std::vector<JobRecord>> List(const ListQuery& q) override { return real_.List(q); }
+  Result<std::vector<ErrorGroup>> BuriedByError(const std::optional<std::string>& tube,
+                                                size_t limit) override {
+    return real_.BuriedByError(tube, limit);
+  }
   Result<std::vector<uint64_t>> DueCounts(int64_t from, int64_t width, size_t n,
                                           const std::optional<std::string>& tube) override {
     return real_.DueCounts(from, width, n, tube);

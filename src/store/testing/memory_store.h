@@ -96,6 +96,22 @@ class MemoryStore final : public Store {
     }
     return std::optional<JobRecord>();
   }
+  Result<std::vector<ErrorGroup>> BuriedByError(const std::optional<std::string>& tube,
+                                                size_t limit) override {
+    std::map<std::string, ErrorGroup> groups;
+    for (const auto& [id, j] : written_.jobs) {
+      if (j.state != StoredState::kBuried || (tube && j.tube != *tube)) continue;
+      ErrorGroup& g = groups[j.last_error];
+      if (g.count++ == 0) g.first_id = id;
+      g.error = j.last_error;
+    }
+    std::vector<ErrorGroup> out;
+    for (auto& [e, g] : groups) out.push_back(g);
+    std::stable_sort(out.begin(), out.end(),
+                     [](const ErrorGroup& a, const ErrorGroup& b) { return a.count > b.count; });
+    if (out.size() > limit) out.resize(limit);
+    return out;
+  }
   Result<std::vector<uint64_t>> DueCounts(int64_t from, int64_t width, size_t n,
                                           const std::optional<std::string>& tube) override {
     std::vector<uint64_t> out(n);
