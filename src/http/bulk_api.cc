@@ -39,7 +39,9 @@ Result<int64_t> ParseShift(const json& v) {
 Result<BulkRequest> ParseBulkRequest(const json& body) {
   static constexpr const char* kKnown[] = {"action", "filter", "dry_run",
                                            "shift",  "due_at", "max_jobs"};
-  for (const auto& [k, v] : body.items()) {
+  for (const auto& item : body.items()) {
+    const std::string& k =
+        item.key();  // not a structured binding: clang 14 lambdas cannot capture one
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* n) { return k == n; }) ==
         std::end(kKnown)) {
       return Status::InvalidField(k, "unknown field");
