@@ -234,7 +234,8 @@ class Engine {
   void DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<std::string> topic,
                    Reply<std::vector<uint64_t>> done);
   // Dead letters (of `topic`, or all) grouped by last error, largest first,
-  // read from the store.
+  // read from the store: a job buried by a write not yet answered may be
+  // missing.
   void DeadLetterGroups(std::optional<std::string> topic, size_t limit,
                         Reply<std::vector<store::ErrorGroup>> done);
   // kConflict when reserved.
