@@ -49,7 +49,7 @@ TEST_F(BulkTest, DeadLettersMatchingAnErrorAreRetriedAndTheOthersStay) {
   json a = Ok("POST", "/v1/topics/hooks/jobs", gone, 201);
   Ok("POST", "/v1/topics/hooks/jobs", busy, 201);
   ASSERT_TRUE(
-      WaitUntil([&] { return Ok("GET", "/v1/topics/hooks")["counts"]["buried"] == 5; }, 10s));
+      WaitUntil([&] { return Ok("GET", "/v1/dead-letters")["jobs"] == 5; }, 10s));  // in the store
   const json filter = {{"topic", "hooks"}, {"state", "buried"}, {"error", "410"}};
 
   // The dead letters grouped by error, largest group first.

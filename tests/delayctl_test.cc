@@ -151,7 +151,7 @@ TEST_F(DelayctlTest, DeadLettersAreRetriedOneByOneOrInBulk) {
     batch += std::string(i ? "," : "") + R"({"target":{"url":")" + gone.url() + "\"}}";
   HttpCall(server_->http_port(), "POST", "/v1/topics/hooks/jobs", batch + "]");
   ASSERT_TRUE(
-      WaitUntil([&] { return Api("GET", "/v1/topics/hooks")["counts"]["buried"] == 4; }, 10s));
+      WaitUntil([&] { return Api("GET", "/v1/dead-letters")["jobs"] == 4; }, 10s));  // in the store
   Outcome dead = Expect(0, {"list", "--state", "buried", "--error", "410"});
   EXPECT_EQ(Lines(dead.out), 5u) << dead.out;
   const std::string first = dead.out.substr(
@@ -159,7 +159,7 @@ TEST_F(DelayctlTest, DeadLettersAreRetriedOneByOneOrInBulk) {
   Expect(0, {"retry", first});
   ASSERT_TRUE(gone.WaitFor([](const std::vector<Received>& r) { return r.size() == 5; }, 10s));
   ASSERT_TRUE(
-      WaitUntil([&] { return Api("GET", "/v1/topics/hooks")["counts"]["buried"] == 4; }, 10s));
+      WaitUntil([&] { return Api("GET", "/v1/dead-letters")["jobs"] == 4; }, 10s));  // in the store
 
   Outcome dry = Expect(0, {"bulk", "retry", "--state", "buried", "--error", "410", "--dry-run"});
   EXPECT_EQ(FieldOf(dry.out, "matched"), "4") << dry.out;
