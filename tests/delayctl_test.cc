@@ -250,6 +250,8 @@ TEST_F(DelayctlTest, BadInputIsRefusedWithItsExitCodeAndChangesNothing) {
       {2, {"submit", "t", "--file", "/nonexistent/jobs"}, "", "cannot read"},
       {2, {"submit", "t", "--file", "-", "--key", "x"}, "{}\n", "give no --body"},
       {1, {"submit", "t", "--delay", "soon"}, "", "(field [0].delay)"},
+      {1, {"submit", "t", "--delay", "99999999999999999999"}, "", "(field [0].delay)"},
+      {1, {"topics", "pause", "t", "--for", "-5"}, "", "(field for_ms)"},
       {2, {"submit"}, "", "topic is required"},
       {2, {"frobnicate"}, "", ""},
       {2, {"list", "--state", "sleeping"}, "", "sleeping"},

@@ -103,11 +103,7 @@ void AddAdminCommands(CLI::App& app, Globals& g) {
     pause->add_option("--for", *for_, "For this long (ms or a duration); default: until resumed");
     pause->callback([&g, pname, for_] {
       json body = json::object();
-      if (!for_->empty()) {
-        body["for_ms"] = for_->find_first_not_of("0123456789") == std::string::npos
-                             ? json(std::stoll(*for_))
-                             : json(*for_);
-      }
+      if (!for_->empty()) body["for_ms"] = Millis(*for_);
       g.rc = Send(g, "POST", "/v1/topics/" + Escape(*pname) + "/pause", body.dump());
     });
     auto* resume = topics->add_subcommand("resume", "Hand out a paused topic's jobs again");

@@ -26,6 +26,10 @@ void AddAdminCommands(CLI::App& app, Globals& g);
 // A whole JSON text (validated here so that a typo fails before anything is
 // sent) or the reason it is not one.
 std::string CheckJson(const std::string& text, const std::string& what);
+// A duration as the API takes it: an integer ("5000", "-600000") as a number
+// of ms, anything else ("30m", "-2h", or digits too large for one) as text,
+// for the server to accept or refuse.
+nlohmann::json Millis(const std::string& text);
 // The contents of `path` ("-": stdin), or nullopt when it cannot be read.
 std::optional<std::string> ReadInput(const std::string& path);
 

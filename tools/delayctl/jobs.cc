@@ -1,5 +1,6 @@
 // Job commands: submit, get, attempts, list, cancel, retry, run-now, kick,
 // and bulk operations (which follow their progress until they end).
+#include <charconv>
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -16,6 +17,13 @@ std::string CheckJson(const std::string& text, const std::string& what) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded()) return what + " is not valid JSON";
   return "";
+}
+
+json Millis(const std::string& text) {
+  int64_t ms = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, ms);
+  return !text.empty() && ec == std::errc() && p == end ? json(ms) : json(text);
 }
 
 std::optional<std::string> ReadInput(const std::string& path) {
@@ -99,10 +107,7 @@ int Submit(const Globals& g, const std::string& topic, const std::string& body,
   } else {
     json j = json::object();
     if (!key.empty()) j["key"] = key;
-    if (!delay.empty()) {
-      const bool digits = delay.find_first_not_of("0123456789") == std::string::npos;
-      j["delay"] = digits ? json(std::stoll(delay)) : json(delay);
-    }
+    if (!delay.empty()) j["delay"] = Millis(delay);
     if (!at.empty()) j["run_at"] = at;
     if (priority >= 0) j["priority"] = priority;
     if (!target.empty()) j["target"] = {{"url", target}};
@@ -223,11 +228,7 @@ int Bulk(const Globals& g, const std::string& action, const Filter& f, bool dry_
   }
   json req = {{"action", action}, {"filter", filter}};
   if (dry_run) req["dry_run"] = true;
-  if (!shift.empty()) {
-    char* end = nullptr;
-    long long ms = std::strtoll(shift.c_str(), &end, 10);
-    req["shift"] = (*end == '\0') ? json(ms) : json(shift);
-  }
+  if (!shift.empty()) req["shift"] = Millis(shift);
   if (!due_at.empty()) req["due_at"] = due_at;
   if (max_jobs > 0) req["max_jobs"] = max_jobs;
   Reply r = ctx.client.Call("POST", "/v1/bulk", req.dump());
