@@ -48,18 +48,4 @@ HistogramSnapshot Histogram::Read() const {
   return s;
 }
 
-double HistogramSnapshot::Quantile(double q) const {
-  if (count == 0 || bounds.empty()) return 0;
-  const double rank = q * static_cast<double>(count);
-  for (size_t i = 0; i < bounds.size(); ++i) {
-    if (static_cast<double>(cumulative[i]) >= rank) {
-      const double lo = i == 0 ? 0 : bounds[i - 1];
-      const double below = i == 0 ? 0 : static_cast<double>(cumulative[i - 1]);
-      const double in = static_cast<double>(cumulative[i]) - below;
-      return in == 0 ? bounds[i] : lo + (bounds[i] - lo) * (rank - below) / in;
-    }
-  }
-  return bounds.back();
-}
-
 }  // namespace delayd

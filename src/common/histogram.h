@@ -20,11 +20,6 @@ struct HistogramSnapshot {
   std::vector<uint64_t> cumulative;  // observations <= bounds[i]
   uint64_t count = 0;                // all observations (the +Inf bucket)
   double sum = 0;                    // seconds
-
-  // The q-quantile (0 < q <= 1) as Prometheus's histogram_quantile()
-  // estimates it: linear within the bucket it falls in. 0 when empty; the
-  // largest bound when it falls in +Inf.
-  double Quantile(double q) const;
 };
 
 class Histogram {

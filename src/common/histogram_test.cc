@@ -19,20 +19,6 @@ TEST(HistogramTest, AnObservationCountsInTheFirstBucketAtOrAboveIt) {
   EXPECT_DOUBLE_EQ(s.sum, (1000 + 1001 + 0 + 500000) / 1e6);
 }
 
-TEST(HistogramTest, QuantilesInterpolateWithinTheirBucketAsPrometheusDoes) {
-  Histogram h({0.001, 0.002, 0.004});
-  for (int i = 0; i < 50; ++i) h.ObserveMicros(500);   // (0, 1 ms]
-  for (int i = 0; i < 50; ++i) h.ObserveMicros(1500);  // (1, 2 ms]
-  HistogramSnapshot s = h.Read();
-  EXPECT_DOUBLE_EQ(s.Quantile(0.5), 0.001);
-  EXPECT_DOUBLE_EQ(s.Quantile(0.25), 0.0005);
-  EXPECT_DOUBLE_EQ(s.Quantile(0.75), 0.0015);
-  EXPECT_DOUBLE_EQ(s.Quantile(1.0), 0.002);
-  h.ObserveMicros(9000);  // in +Inf: the largest bound is all that is known
-  EXPECT_DOUBLE_EQ(h.Read().Quantile(1.0), 0.004);
-  EXPECT_EQ(Histogram({1}).Read().Quantile(0.5), 0);
-}
-
 TEST(HistogramTest, ObservationsFromSeveralThreadsAreAllCounted) {
   Histogram h(Histogram::LatencyBounds());
   std::vector<std::thread> threads;
