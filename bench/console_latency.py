@@ -51,6 +51,11 @@ requests = [
      f"/v1/jobs?limit=50&due_after={iso(now + 864000)}&due_before={iso(now + 867600)}"),
     ("jobs: error text (the dead letters among all)",
      f"/v1/jobs?limit=50&error={q('Could not resolve')}"),
+    ("jobs: body field (reads its budget, 65,536 jobs)",
+     f"/v1/jobs?limit=50&topic=orders&body_field=order&body_value={total // 3}"),
+    ("jobs: body field, from a cursor before the match",
+     f"/v1/jobs?limit=50&topic=orders&body_field=order&body_value={total // 3}"
+     f"&cursor={first + total // 3 - 100}"),
     ("job: one job", f"/v1/jobs/{middle}"),
     ("job: its attempts", f"/v1/jobs/{middle}/attempts"),
     ("dead letters: groups by error", "/v1/dead-letters?limit=100"),

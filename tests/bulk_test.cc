@@ -125,6 +125,23 @@ TEST_F(BulkTest, CancelAndRescheduleByKeyPrefixAndDueRange) {
   EXPECT_EQ(Ok("GET", "/v1/topics/orders")["counts"]["delayed"], 9);
 }
 
+TEST_F(BulkTest, CancelByAFieldOfTheBody) {
+  json batch = json::array();
+  for (int i = 0; i < 12; ++i) {
+    batch.push_back({{"delay", "2h"}, {"body", {{"user", i % 4 == 0 ? "u-1" : "u-2"}}}});
+  }
+  Ok("POST", "/v1/topics/mail/jobs", batch, 201);
+  const json filter = {{"topic", "mail"}, {"body_field", "user"}, {"body_value", "u-1"}};
+  json dry = RunBulk({{"action", "cancel"}, {"filter", filter}, {"dry_run", true}});
+  EXPECT_EQ(dry["matched"], 3) << dry;
+  EXPECT_EQ(dry["filter"], filter);
+  EXPECT_EQ(Ok("GET", "/v1/topics/mail")["counts"]["delayed"], 12) << "a dry run changes nothing";
+  json c = RunBulk({{"action", "cancel"}, {"filter", filter}});
+  EXPECT_EQ(c["applied"], 3) << c;
+  EXPECT_EQ(Ok("GET", "/v1/topics/mail")["counts"]["delayed"], 9);
+  EXPECT_EQ(Ok("GET", "/v1/jobs?topic=mail&body_field=user&body_value=u-1")["jobs"].size(), 0u);
+}
+
 TEST_F(BulkTest, MalformedRequestsAreRefusedAndChangeNothing) {
   Ok("POST", "/v1/topics/t/jobs", {{"delay", "1h"}}, 201);
   struct Bad {

@@ -131,6 +131,10 @@ TEST_F(DelayctlTest, SubmitGetListAndTheOneJobActions) {
   EXPECT_EQ(Lines(all.out), 5u) << all.out;
   Outcome pages = Expect(0, {"list", "--state", "ready", "-o", "json"});
   EXPECT_EQ(json::parse(pages.out)["jobs"].size(), 1u) << pages.out;  // "b"
+  Outcome by_body = Expect(0, {"list", "--topic", "orders", "--body-field", "items.1",
+                               "--body-value", "2", "--all"});
+  EXPECT_EQ(Lines(by_body.out), 2u) << "a header and order-1: " << by_body.out;
+  EXPECT_NE(by_body.out.find("order-1"), std::string::npos) << by_body.out;
 
   Expect(0, {"run-now", std::to_string(id)});
   EXPECT_EQ(Api("GET", "/v1/jobs/" + std::to_string(id))["state"], "ready");
@@ -260,6 +264,8 @@ TEST_F(DelayctlTest, BadInputIsRefusedWithItsExitCodeAndChangesNothing) {
       {3, {"cancel", "424242"}, "", "job 424242 was not cancelled"},
       {2, {"bulk", "cancel"}, "", "bulk needs a filter"},
       {1, {"bulk", "cancel", "--due-before", "tomorrow"}, "", "(field filter.due_before)"},
+      {1, {"bulk", "cancel", "--body-value", "x"}, "", "(field filter.body_value)"},
+      {1, {"list", "--body-field", "a..b"}, "", "(field body_field)"},
       {2, {"topics", "set", "t", "--json", "{nope"}, "", "not valid JSON"},
       {1, {"topics", "set", "t", "--json", "{\"colour\":1}"}, "", "(field colour)"},
       {1, {"timers", "preview", "--schedule", "61 * * * *"}, "", "HTTP 400"},

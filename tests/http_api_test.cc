@@ -166,6 +166,91 @@ TEST_F(HttpApiTest, ListFiltersAndPaginates) {
   EXPECT_EQ(held["jobs"][0]["id"], reserved["id"]);
 }
 
+// Jobs found by a field of their body: strings by content, numbers as
+// written, existence alone; bodies that are not JSON never match and never
+// fail the search; a body changed a moment ago is searched as it is now.
+TEST_F(HttpApiTest, ListFindsJobsByAFieldOfTheirBody) {
+  json batch = json::array();
+  for (int i = 0; i < 30; ++i) {
+    json body = {{"order", {{"id", i}, {"status", i % 3 == 0 ? "unpaid" : "paid"}}}};
+    if (i == 7) body["order"]["coupon"] = "SPRING";
+    batch.push_back({{"key", "o-" + std::to_string(i)}, {"delay", "1h"}, {"body", body}});
+  }
+  Ok("POST", "/v1/topics/shop/jobs", batch, 201);
+  Client bs(server_->port());
+  bs.Cmd("use shop");
+  for (const std::string& raw : {std::string("not json"), std::string("{\"order\":{\"status\":"),
+                                std::string("{\"order\":{\"status\":\"unpaid\xff\"}}"),
+                                std::string("\0\x01{}", 4)}) {
+    bs.Put(raw, 1);
+  }
+  Ok("POST", "/v1/topics/other/jobs", {{"body", {{"order", {{"status", "unpaid"}}}}}}, 201);
+  auto keys = [&](const std::string& query) {
+    std::vector<std::string> out;
+    std::string cursor;
+    for (int pages = 0; pages < 100; ++pages) {
+      json page = Ok("GET", "/v1/jobs?" + query + (cursor.empty() ? "" : "&cursor=" + cursor));
+      for (auto& j : page["jobs"]) out.push_back(j["key"].is_string() ? j["key"] : j["topic"]);
+      if (page["next_cursor"].is_null()) break;
+      cursor = page["next_cursor"];
+    }
+    return out;
+  };
+  using V = std::vector<std::string>;
+  const V unpaid = {"o-0", "o-3", "o-6", "o-9", "o-12", "o-15", "o-18", "o-21", "o-24", "o-27"};
+  EXPECT_EQ(keys("topic=shop&body_field=order.status&body_value=unpaid"), unpaid);
+  EXPECT_EQ(keys("topic=shop&body_field=order.status&body_value=unpaid&limit=3"), unpaid);
+  EXPECT_EQ(keys("body_field=order.status&body_value=unpaid").size(), 11u) << "both topics";
+  EXPECT_EQ(keys("topic=shop&body_field=order.id&body_value=12"), V{"o-12"});
+  EXPECT_EQ(keys("topic=shop&body_field=order.id&body_value=%2212%22"), V{});
+  EXPECT_EQ(keys("topic=shop&body_field=order.coupon"), V{"o-7"});
+  EXPECT_EQ(keys("topic=shop&state=ready&body_field=order.status&body_value=unpaid"), V{});
+  EXPECT_EQ(keys("topic=shop&key_prefix=o-2&body_field=order.status&body_value=unpaid"),
+            (V{"o-21", "o-24", "o-27"}));
+  // A change of body is searched at once.
+  json j = Ok("GET", "/v1/topics/shop/keys/o-1");
+  Ok("PATCH", "/v1/jobs/" + std::to_string(j["id"].get<uint64_t>()),
+     {{"body", {{"order", {{"id", 1}, {"status", "unpaid"}}}}}});
+  EXPECT_EQ(keys("topic=shop&body_field=order.status&body_value=unpaid").size(), 11u);
+  EXPECT_EQ(keys("topic=shop&body_field=order.status&body_value=paid").size(), 19u);
+
+  EXPECT_EQ(Call("GET", "/v1/jobs?body_value=unpaid").json()["field"], "body_value");
+  EXPECT_EQ(Call("GET", "/v1/jobs?body_field=order..status").json()["field"], "body_field");
+  EXPECT_EQ(Call("GET", "/v1/jobs?body_field=").json()["field"], "body_field");
+  EXPECT_EQ(
+      Call("GET", "/v1/jobs?body_field=a&body_value=" + std::string(4097, 'v')).json()["field"],
+      "body_value");
+}
+
+// A body search reads at most kBodyScanBytes per page (bodies and 256 bytes
+// a job): a page can come back short, its cursor going on from the last job
+// read, and following the cursors finds every match.
+TEST_F(HttpApiTest, ABodySearchReadsABoundedNumberOfJobsPerPage) {
+  constexpr int kJobs = 10'050;  // 10,050 x (1,700 + 256) bytes: 19 MiB, over 16
+  const std::string pad(1700, 'p');
+  for (int i = 0; i < kJobs; i += 50) {
+    json batch = json::array();
+    for (int k = i; k < i + 50; ++k) {
+      batch.push_back({{"delay", "1h"},
+                       {"body", {{"n", k}, {"rare", k == 0 || k == kJobs - 1}, {"pad", pad}}}});
+    }
+    Ok("POST", "/v1/topics/many/jobs", batch, 201);
+  }
+  json first = Ok("GET", "/v1/jobs?topic=many&body_field=rare&body_value=true&limit=10");
+  ASSERT_EQ(first["jobs"].size(), 1u) << "the first 16 MiB of jobs hold one match";
+  EXPECT_EQ(first["jobs"][0]["body"]["n"], 0);
+  ASSERT_TRUE(first["next_cursor"].is_string()) << first["next_cursor"];
+  const uint64_t first_id = first["jobs"][0]["id"];
+  const uint64_t cursor = std::stoull(first["next_cursor"].get<std::string>());
+  EXPECT_GT(cursor, first_id + 8'000) << "read most of the jobs";
+  EXPECT_LT(cursor, first_id + kJobs - 1) << "but not all";
+  json second = Ok("GET", "/v1/jobs?topic=many&body_field=rare&body_value=true&limit=10&cursor=" +
+                              std::to_string(cursor));
+  ASSERT_EQ(second["jobs"].size(), 1u) << second["next_cursor"];
+  EXPECT_EQ(second["jobs"][0]["body"]["n"], kJobs - 1);
+  EXPECT_TRUE(second["next_cursor"].is_null()) << second["next_cursor"];
+}
+
 TEST_F(HttpApiTest, OneEngineTwoFrontDoors) {
   Client bs(server_->port());
   bs.Cmd("use shared");

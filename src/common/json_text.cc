@@ -1,9 +1,15 @@
 #include "common/json_text.h"
 
+#include <charconv>
+
 namespace delayd {
 namespace {
 
 using nlohmann::json;
+
+// nlohmann's parser stops at a NUL byte as at the end of the text, so that
+// "{}\0junk" would parse; no JSON text holds one.
+bool IsJsonText(std::string_view t) { return t.find('\0') == t.npos; }
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -122,7 +128,8 @@ Result<json> ParseJson(std::string_view text, const std::string& field) {
       f.object ? void(f.expect_key = true) : void(++f.index);
     }
   }
-  json j = json::parse(text.begin(), text.end(), nullptr, false);
+  json j = IsJsonText(text) ? json::parse(text.begin(), text.end(), nullptr, false)
+                            : json(json::value_t::discarded);
   if (j.is_discarded()) return Status::InvalidField(field, "is not valid JSON");
   return j;
 }
@@ -139,6 +146,65 @@ std::vector<std::string_view> JsonElementTexts(std::string_view text) {
   std::vector<std::string_view> out;
   ForEachChild(text, '[', [&](std::string_view, std::string_view value) { out.push_back(value); });
   return out;
+}
+
+namespace {
+
+// REQUIRES: `text` is valid JSON. The source text of the child `segment` of
+// the object or array `text`.
+std::optional<std::string_view> ChildText(std::string_view text, const std::string& segment) {
+  const size_t start = SkipSpace(text, 0);
+  if (start < text.size() && text[start] == '{') return JsonMemberText(text, segment);
+  size_t index = 0;
+  auto [p, ec] = std::from_chars(segment.data(), segment.data() + segment.size(), index);
+  if (ec != std::errc() || p != segment.data() + segment.size()) return std::nullopt;
+  std::optional<std::string_view> found;
+  size_t i = 0;
+  ForEachChild(text, '[', [&](std::string_view, std::string_view value) {
+    if (i++ == index) found = value;
+  });
+  return found;
+}
+
+}  // namespace
+
+bool JsonFieldTest::Matches(std::string_view text) const {
+  // accept() parses without building a document, and without recursion.
+  if (!IsJsonText(text) || !json::accept(text.begin(), text.end())) return false;
+  std::string_view field = text;
+  for (const std::string& segment : path) {
+    auto child = ChildText(field, segment);
+    if (!child) return false;
+    field = *child;
+  }
+  if (!value) return true;
+  if (field.empty() || field.front() == '{' || field.front() == '[') return false;
+  if (field.front() != '"') return field == *value;
+  if (field.find('\\') == field.npos) return field.substr(1, field.size() - 2) == *value;
+  json s = json::parse(field.begin(), field.end(), nullptr, false);
+  return s.is_string() && s.get_ref<const std::string&>() == *value;
+}
+
+Result<std::vector<std::string>> ParseJsonPath(std::string_view dotted, const std::string& field) {
+  if (dotted.empty() || dotted.size() > kMaxJsonPathBytes) {
+    return Status::InvalidField(field, "must be a path of 1-" + std::to_string(kMaxJsonPathBytes) +
+                                           " bytes, like customer.id or items.0.sku");
+  }
+  std::vector<std::string> out;
+  for (size_t start = 0;;) {
+    const size_t dot = std::min(dotted.find('.', start), dotted.size());
+    if (dot == start) {
+      return Status::InvalidField(field, "has an empty segment: each part between dots names a "
+                                         "member, or (digits) an array element");
+    }
+    out.emplace_back(dotted.substr(start, dot - start));
+    if (out.size() > kMaxJsonPathSegments) {
+      return Status::InvalidField(
+          field, "has more than " + std::to_string(kMaxJsonPathSegments) + " segments");
+    }
+    if (dot == dotted.size()) return out;
+    start = dot + 1;
+  }
 }
 
 }  // namespace delayd

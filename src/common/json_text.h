@@ -40,4 +40,26 @@ std::optional<std::string_view> JsonMemberText(std::string_view text, std::strin
 // array `text`; empty when it is not an array.
 std::vector<std::string_view> JsonElementTexts(std::string_view text);
 
+// A test of one field of a JSON document, as job search filters by a field
+// of the body. The field is reached by `path`: each segment names a member of
+// an object, or (all digits) an element of an array. With a `value`, the
+// field must be a string whose content (escapes decoded) is `value`, or a
+// number, true, false or null written exactly as `value`; an object or an
+// array never equals a value. Without one, the field only has to exist.
+// A text that is not valid JSON (any bytes may be a body) never matches.
+struct JsonFieldTest {
+  std::vector<std::string> path;
+  std::optional<std::string> value;
+
+  bool Matches(std::string_view text) const;
+};
+
+inline constexpr size_t kMaxJsonPathSegments = 32;
+inline constexpr size_t kMaxJsonPathBytes = 512;
+
+// Splits a dotted path ("customer.id", "items.0.sku") into its segments.
+// Errors (kInvalidArgument naming `field`): empty, an empty segment, more
+// than kMaxJsonPathSegments segments or kMaxJsonPathBytes bytes.
+Result<std::vector<std::string>> ParseJsonPath(std::string_view dotted, const std::string& field);
+
 }  // namespace delayd

@@ -40,7 +40,9 @@ TEST(JsonTextTest, BracketsInsideStringsDoNotCount) {
 }
 
 TEST(JsonTextTest, InvalidJsonNamesTheGivenField) {
-  for (const char* bad : {"", "{", "{\"a\":}", "[1,]", "\"\xff\"", "{\"a\":1}x"}) {
+  for (std::string bad : {std::string(""), std::string("{"), std::string("{\"a\":}"),
+                          std::string("[1,]"), std::string("\"\xff\""), std::string("{\"a\":1}x"),
+                          std::string("{\"a\":1}\0x", 9)}) {
     Result<nlohmann::json> r = ParseJson(bad, "spec");
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().field(), "spec");
@@ -83,6 +85,65 @@ TEST(JsonTextTest, ElementTextsOfAnArray) {
   EXPECT_EQ(e[4], "null");
   EXPECT_TRUE(JsonElementTexts("[]").empty());
   EXPECT_TRUE(JsonElementTexts("{\"a\":1}").empty());
+}
+
+
+JsonFieldTest Field(std::vector<std::string> path, std::optional<std::string> value) {
+  return JsonFieldTest{std::move(path), std::move(value)};
+}
+
+TEST(JsonFieldTest, ComparesStringsByContentAndOtherScalarsAsWritten) {
+  const std::string body =
+      R"({"customer":{"id":8812,"name":"Zo\u00eb","vip":true,"tag":null},)"
+      R"("items":[{"sku":"A-1"},{"sku":"B-2","qty":2.50}],"note":"a.b"})";
+  EXPECT_TRUE(Field({"customer", "id"}, "8812").Matches(body));
+  EXPECT_FALSE(Field({"customer", "id"}, "8813").Matches(body));
+  EXPECT_FALSE(Field({"customer", "id"}, "\"8812\"").Matches(body));
+  EXPECT_TRUE(Field({"customer", "name"}, "Zo\u00eb").Matches(body));  // decoded: ë
+  EXPECT_FALSE(Field({"customer", "name"}, "Zo\\u00eb").Matches(body));
+  EXPECT_TRUE(Field({"customer", "vip"}, "true").Matches(body));
+  EXPECT_TRUE(Field({"customer", "tag"}, "null").Matches(body));
+  EXPECT_TRUE(Field({"items", "1", "sku"}, "B-2").Matches(body));
+  EXPECT_TRUE(Field({"items", "1", "qty"}, "2.50").Matches(body));  // as written, not 2.5
+  EXPECT_FALSE(Field({"items", "1", "qty"}, "2.5").Matches(body));
+  EXPECT_FALSE(Field({"items", "2", "sku"}, "B-2").Matches(body));
+  EXPECT_FALSE(Field({"items", "x"}, std::nullopt).Matches(body));
+  EXPECT_TRUE(Field({"note"}, "a.b").Matches(body));
+  // An object or array equals no value, but exists.
+  EXPECT_FALSE(Field({"customer"}, R"({"id":8812})").Matches(body));
+  EXPECT_TRUE(Field({"customer"}, std::nullopt).Matches(body));
+  EXPECT_TRUE(Field({"items", "0"}, std::nullopt).Matches(body));
+  EXPECT_FALSE(Field({"customer", "email"}, std::nullopt).Matches(body));
+  EXPECT_FALSE(Field({"customer", "id", "x"}, std::nullopt).Matches(body));
+  EXPECT_TRUE(Field({"0"}, "7").Matches("[7]"));
+}
+
+TEST(JsonFieldTest, ABodyThatIsNotJsonNeverMatches) {
+  for (std::string bad : {std::string(""), std::string("order 8812"), std::string("{\"id\":1"),
+                          std::string("{\"id\":\"\xff\"}"), std::string("\0\x01\x02", 3),
+                          "{\"id\":1}" + std::string(1, '\0')}) {
+    EXPECT_FALSE(Field({"id"}, std::nullopt).Matches(bad)) << bad;
+  }
+  // Nesting far past what ParseJson accepts is still only a miss.
+  const std::string deep = "{\"a\":" + Nested(100'000) + "}";
+  EXPECT_TRUE(Field({"a", "0"}, std::nullopt).Matches(deep));
+  EXPECT_FALSE(Field({"a", "1"}, std::nullopt).Matches(deep));
+}
+
+TEST(JsonFieldTest, PathsSplitAtDotsWithinBounds) {
+  auto p = ParseJsonPath("items.0.sku", "body_field");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(*p, (std::vector<std::string>{"items", "0", "sku"}));
+  for (std::string bad : {std::string(""), std::string("a..b"), std::string(".a"),
+                          std::string("a."), std::string(kMaxJsonPathBytes + 1, 'a')}) {
+    auto r = ParseJsonPath(bad, "body_field");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().field(), "body_field");
+  }
+  std::string many = "a";
+  for (size_t i = 0; i < kMaxJsonPathSegments; ++i) many += ".a";
+  EXPECT_FALSE(ParseJsonPath(many, "body_field").ok());
+  EXPECT_TRUE(ParseJsonPath(many.substr(2), "body_field").ok());
 }
 
 }  // namespace

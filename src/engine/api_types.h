@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json_text.h"
 #include "engine/attempt_log.h"
 #include "engine/job_state.h"
 #include "engine/spec.h"
@@ -59,9 +60,19 @@ struct ListFilter {
   std::optional<int64_t> due_after_ms;
   std::optional<int64_t> due_before_ms;
   std::string error_contains;  // in last_error; empty: any
-  uint64_t after_id = 0;       // the cursor
+  // A field of the body. The store cannot test it: the engine reads the jobs
+  // the other fields select, up to kBodyScanBytes per page, and tests each.
+  std::optional<JsonFieldTest> body;
+  uint64_t after_id = 0;  // the cursor
   size_t limit = 100;
 };
+
+// How much one page of a body search reads: each job counts its body's bytes
+// and kBodyScanRowBytes more (65,536 jobs of small bodies, 255 of 64 KiB). A
+// page may then hold fewer jobs than its limit, even none; its cursor goes
+// on from the last job read.
+inline constexpr size_t kBodyScanBytes = 16 << 20;
+inline constexpr size_t kBodyScanRowBytes = 256;
 
 struct ListPage {
   std::vector<JobInfo> jobs;

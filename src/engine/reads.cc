@@ -330,6 +330,45 @@ void Engine::GetByKey(const std::string& topic, const std::string& key, Reply<Jo
         });
 }
 
+namespace {
+
+// What a list's store read gives: the rows that match, and how far it read.
+struct ListScan {
+  std::vector<JobRecord> rows;
+  uint64_t last_id = 0;  // the last job read (matched or not)
+  bool exhausted = false;  // nothing after last_id matches the store's filter
+};
+
+// Reads the rows of `f` after f.after_id until f.limit + 1 match, or (with a
+// body test) until kBodyScanBytes have been read.
+Result<ListScan> ScanList(store::Store& store, store::ListQuery q, const ListFilter& f) {
+  ListScan scan;
+  scan.last_id = q.after_id;
+  size_t read = 0;  // bytes, as kBodyScanBytes counts them
+  while (true) {
+    q.after_id = scan.last_id;
+    q.limit = f.body ? 1000 : f.limit + 1;
+    auto rows = store.List(q);
+    if (!rows.ok()) return rows.status();
+    for (JobRecord& r : rows.value()) {
+      scan.last_id = r.id;
+      read += kBodyScanRowBytes + r.body.size();
+      if (!f.body || f.body->Matches(r.body)) scan.rows.push_back(std::move(r));
+      if (scan.rows.size() > f.limit || (f.body && read >= kBodyScanBytes)) {
+        scan.exhausted = &r == &rows->back() && rows->size() < q.limit;
+        return scan;
+      }
+    }
+    if (rows->size() < q.limit) {
+      scan.exhausted = true;
+      return scan;
+    }
+    if (!f.body) return scan;
+  }
+}
+
+}  // namespace
+
 void Engine::List(const ListFilter& f, Reply<ListPage> done) {
   auto matches = [f](const JobInfo& info) {
     const JobRecord& r = info.record;
@@ -340,6 +379,7 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
     }
     if (f.due_after_ms && r.due_ms < *f.due_after_ms) return false;
     if (f.due_before_ms && r.due_ms >= *f.due_before_ms) return false;
+    if (f.body && !f.body->Matches(r.body)) return false;
     return r.last_error.find(f.error_contains) != std::string::npos;
   };
   if (f.state == JobState::kReserved && shared_ == nullptr) {
@@ -371,20 +411,18 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
   q.due_before_ms = f.due_before_ms;
   q.error_contains = f.error_contains;
   q.after_id = f.after_id;
-  q.limit = f.limit + 1;
-  Aside([&store = store_, q] { return store.List(q); },
-        [this, f, matches, done = std::move(done)](Result<std::vector<JobRecord>> rows,
-                                                   uint64_t since) mutable {
-          if (!rows.ok()) return done(rows.status());
+  Aside([&store = store_, q, f] { return ScanList(store, q, f); },
+        [this, f, matches, done = std::move(done)](Result<ListScan> scan, uint64_t since) mutable {
+          if (!scan.ok()) return done(scan.status());
           ListPage page;
           // Memory is newer than the store for the jobs it holds; a row of a
           // job that left memory since the read may be out of date.
-          for (JobRecord& r : rows.value()) {
+          for (JobRecord& r : scan->rows) {
             if (LeftSince(r.id, since)) return List(f, std::move(done));
           }
-          for (JobRecord& r : rows.value()) {
+          for (JobRecord& r : scan->rows) {
             if (page.jobs.size() == f.limit) {
-              page.next_cursor = page.jobs.empty() ? r.id - 1 : page.jobs.back().record.id;
+              page.next_cursor = page.jobs.back().record.id;
               break;
             }
             auto it = jobs_.find(r.id);
@@ -398,9 +436,8 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
             }
             if (matches(info)) page.jobs.push_back(std::move(info));
           }
-          if (page.next_cursor == 0 && rows->size() > f.limit) {
-            page.next_cursor = rows->back().id - 1;
-          }
+          // Every row read went through the page: go on after the last.
+          if (page.next_cursor == 0 && !scan->exhausted) page.next_cursor = scan->last_id;
           done(std::move(page));
         });
 }

@@ -51,11 +51,15 @@ Result<uint64_t> ParseId(const std::string& s, const char* what) {
   return id;
 }
 
+namespace {
+constexpr size_t kMaxBodyValueBytes = 4096;
+}  // namespace
+
 Result<engine::ListFilter> ParseListFilter(const Query& q,
                                            std::initializer_list<std::string_view> more,
                                            const std::string& prefix) {
-  static constexpr std::string_view kKnown[] = {"topic",     "state",      "key_prefix",
-                                                "due_after", "due_before", "error"};
+  static constexpr std::string_view kKnown[] = {"topic",      "state", "key_prefix", "due_after",
+                                                "due_before", "error", "body_field", "body_value"};
   for (const auto& [name, value] : q) {
     if (std::find(std::begin(kKnown), std::end(kKnown), name) == std::end(kKnown) &&
         std::find(more.begin(), more.end(), name) == more.end()) {
@@ -78,6 +82,19 @@ Result<engine::ListFilter> ParseListFilter(const Query& q,
   }
   if (auto p = QueryValue(q, "key_prefix")) f.key_prefix = *p;
   if (auto e = QueryValue(q, "error")) f.error_contains = *e;
+  auto body_value = QueryValue(q, "body_value");
+  if (auto field = QueryValue(q, "body_field")) {
+    auto path = ParseJsonPath(*field, prefix + "body_field");
+    if (!path.ok()) return path.status();
+    if (body_value && body_value->size() > kMaxBodyValueBytes) {
+      return Status::InvalidField(prefix + "body_value", "must be at most " +
+                                                             std::to_string(kMaxBodyValueBytes) +
+                                                             " bytes");
+    }
+    f.body = JsonFieldTest{std::move(*path), body_value};
+  } else if (body_value) {
+    return Status::InvalidField(prefix + "body_value", "needs body_field, the field to compare");
+  }
   for (const char* name : {"due_after", "due_before"}) {
     if (auto v = QueryValue(q, name)) {
       auto at = ParseRfc3339(*v);

@@ -28,9 +28,10 @@ Result<uint64_t> ParseId(const std::string& s, const char* what);
 // beanstalkd's tube-name rules.
 Status CheckTopicName(const std::string& name);
 // A job filter (GET /v1/jobs, POST /v1/bulk): topic, state, key_prefix,
-// due_after, due_before (RFC 3339) and error (text in the last error). A
-// parameter neither these nor one of `more` is an error; `prefix` goes
-// before names in errors ("filter.").
+// due_after, due_before (RFC 3339), error (text in the last error), and
+// body_field with an optional body_value (a field of a JSON body, see
+// JsonFieldTest). A parameter neither these nor one of `more` is an error;
+// `prefix` goes before names in errors ("filter.").
 Result<engine::ListFilter> ParseListFilter(const Query& q,
                                            std::initializer_list<std::string_view> more,
                                            const std::string& prefix = "");

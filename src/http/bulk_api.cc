@@ -62,7 +62,7 @@ Result<BulkRequest> ParseBulkRequest(const json& body) {
   if (!body.contains("filter") || !body["filter"].is_object() || body["filter"].empty()) {
     return Status::InvalidField("filter",
                                 "is required: an object with at least one of topic, state, "
-                                "key_prefix, due_after, due_before, error");
+                                "key_prefix, due_after, due_before, error, body_field");
   }
   Query q;
   for (const auto& [k, v] : body["filter"].items()) {
@@ -112,6 +112,12 @@ json FilterJson(const engine::ListFilter& f) {
   if (f.due_after_ms) j["due_after"] = FormatRfc3339Ms(*f.due_after_ms);
   if (f.due_before_ms) j["due_before"] = FormatRfc3339Ms(*f.due_before_ms);
   if (!f.error_contains.empty()) j["error"] = f.error_contains;
+  if (f.body) {
+    std::string path;
+    for (const std::string& segment : f.body->path) path += (path.empty() ? "" : ".") + segment;
+    j["body_field"] = path;
+    if (f.body->value) j["body_value"] = *f.body->value;
+  }
   return j;
 }
 

@@ -157,6 +157,15 @@ try {
   await page.goto(`${d.base}/#/jobs?topic=orders&key_prefix=order-`);
   await page.getByRole('cell', { name: 'order-3' }).waitFor();
   assert.equal(await page.locator('tbody tr').count(), 3, page.url() + await page.locator('main').innerText());
+  // By a field of the body, typed into the form.
+  await page.getByLabel('Body field').fill('order');
+  await page.getByLabel('Body value').fill('2');
+  await page.getByRole('button', { name: 'Search' }).click();
+  await page.waitForURL(/body_field=order&body_value=2/);
+  await page.getByRole('cell', { name: 'order-2' }).waitFor();
+  assert.equal(await page.locator('tbody tr').count(), 1, page.url() + await page.locator('main').innerText());
+  assert.doesNotMatch(await page.locator('main').innerText(), /^(null|undefined)$/m);
+  await shot(page, 'jobs-by-body');
 
   // Dead letters: grouped by error; a bulk retry of the 410s completes.
   // The groups are read from the store, which may be a commit behind the counts.

@@ -42,7 +42,7 @@ namespace {
 
 // Filter options shared by list and bulk.
 struct Filter {
-  std::string topic, state, key_prefix, due_after, due_before, error;
+  std::string topic, state, key_prefix, due_after, due_before, error, body_field, body_value;
   void Add(CLI::App* c) {
     c->add_option("--topic", topic, "Only jobs of this topic");
     c->add_option("--state", state, "delayed, ready, reserved, buried or done")
@@ -51,6 +51,11 @@ struct Filter {
     c->add_option("--due-after", due_after, "Due at or after this RFC 3339 time");
     c->add_option("--due-before", due_before, "Due before this RFC 3339 time");
     c->add_option("--error", error, "Only jobs whose last error contains this text");
+    c->add_option("--body-field", body_field,
+                  "Only jobs whose JSON body has this field (customer.id, items.0.sku)");
+    c->add_option("--body-value", body_value,
+                  "With --body-field: the field's value (a string's text, or a number, true, "
+                  "false or null as written)");
   }
   std::vector<std::pair<std::string, std::string>> Fields() const {
     std::vector<std::pair<std::string, std::string>> out;
@@ -59,7 +64,9 @@ struct Filter {
                         {"key_prefix", &key_prefix},
                         {"due_after", &due_after},
                         {"due_before", &due_before},
-                        {"error", &error}}) {
+                        {"error", &error},
+                        {"body_field", &body_field},
+                        {"body_value", &body_value}}) {
       if (!v->empty()) out.emplace_back(k, *v);
     }
     return out;
@@ -223,8 +230,8 @@ int Bulk(const Globals& g, const std::string& action, const Filter& f, bool dry_
   for (const auto& [k, v] : f.Fields()) filter[k] = v;
   if (filter.empty()) {
     return Usage(
-        "bulk needs a filter: --topic, --state, --key-prefix, --due-after, --due-before "
-        "or --error");
+        "bulk needs a filter: --topic, --state, --key-prefix, --due-after, --due-before, "
+        "--error or --body-field");
   }
   json req = {{"action", action}, {"filter", filter}};
   if (dry_run) req["dry_run"] = true;

@@ -35,7 +35,7 @@ function h(tag, attrs, ...children) {
 // `at`, so an action answered after the user moved on renders nothing.
 function render(at, ...nodes) {
   if (location.hash !== at) return;
-  document.getElementById('main').replaceChildren(...nodes);
+  document.getElementById('main').replaceChildren(...nodes.filter(n => n !== null && n !== undefined && n !== false));
 }
 
 function table(headers, rows, numeric = []) {
@@ -266,7 +266,8 @@ function jobRow(j) {
 
 async function jobsPage(params) {
   const at = location.hash;
-  const f = {id: '', topic: '', key: '', key_prefix: '', state: '', due_after: '', due_before: '', error: '', ...params};
+  const f = {id: '', topic: '', key: '', key_prefix: '', state: '', due_after: '', due_before: '', error: '',
+    body_field: '', body_value: '', ...params};
   const input = (name, label, attrs = {}) => [h('label', {for: `f-${name}`}, label),
     h('input', {id: `f-${name}`, name, value: f[name], ...attrs})];
   const form = h('form', {class: 'grid', role: 'search', onsubmit: e => {
@@ -290,6 +291,8 @@ async function jobsPage(params) {
     h('div', {}, input('due_before', 'Due before', {type: 'datetime-local',
       value: f.due_before ? f.due_before.slice(0, 16) : ''})),
     h('div', {}, input('error', 'Error text')),
+    h('div', {}, input('body_field', 'Body field', {placeholder: 'customer.id'})),
+    h('div', {}, input('body_value', 'Body value', {placeholder: 'any value'})),
     h('div', {}, h('button', {type: 'submit', class: 'primary'}, 'Search')));
   const results = h('div', {});
   render(at, h('h1', {}, 'Jobs'), form, results);
@@ -304,17 +307,28 @@ async function jobsPage(params) {
     return;
   }
   const q = new URLSearchParams({limit: '50'});
-  for (const k of ['topic', 'key_prefix', 'state', 'due_after', 'due_before', 'error']) if (f[k]) q.set(k, f[k]);
+  for (const k of ['topic', 'key_prefix', 'state', 'due_after', 'due_before', 'error', 'body_field']) {
+    if (f[k]) q.set(k, f[k]);
+  }
+  if (f.body_field && f.body_value) q.set('body_value', f.body_value);
   if (f.cursor) q.set('cursor', f.cursor);
-  const page = await api('GET', `/v1/jobs?${q}`);
+  let page;
+  try { page = await api('GET', `/v1/jobs?${q}`); } catch (e) {
+    return void results.replaceChildren(message(e.message));
+  }
   const next = new URLSearchParams(params);
   next.set('cursor', page.next_cursor || '');
-  results.replaceChildren(
+  // A body search reads a bounded number of jobs per page: a short page
+  // with a cursor means the search has more jobs to read.
+  const short = page.next_cursor && page.jobs.length < 50;
+  results.replaceChildren(h('div', {},  // h() skips the nulls; replaceChildren would show them
     table(['Id', 'Topic', 'State', 'Due', 'Key', 'Attempts', 'Last error'], page.jobs.map(jobRow), [5]),
-    page.jobs.length ? null : h('p', {class: 'muted'}, 'No jobs match.'),
+    short ? h('p', {class: 'muted', role: 'status'}, `${page.jobs.length ? 'These are' : 'None are'} ` +
+      `the matches among the jobs up to id ${page.next_cursor}; the next page searches on.`)
+      : page.jobs.length ? null : h('p', {class: 'muted'}, 'No jobs match.'),
     h('div', {class: 'actions'},
       f.cursor ? h('a', {href: 'javascript:history.back()'}, 'Previous page') : null,
-      page.next_cursor ? h('a', {href: `#/jobs?${next}`}, 'Next page') : null));
+      page.next_cursor ? h('a', {href: `#/jobs?${next}`}, 'Next page') : null)));
 }
 
 async function jobPage(id, at = location.hash) {
