@@ -232,6 +232,36 @@ TEST_F(ClusterTest, DueJobsReachAConsumerOnANodeThatOwnsNoneOfTheirShardsWithinM
   EXPECT_LT(lateness.back(), 500);
 }
 
+// In cluster mode memory holds only a node's part: the forecast is read from
+// the database, every node's jobs; hours and days from a cache refreshed
+// aside, minutes live.
+TEST_F(ClusterTest, TheDueForecastCountsTheWholeClusterAndCachesHours) {
+  for (const auto* id : {"n1", "n2"}) Start(id);
+  ASSERT_TRUE(Settled(*nodes_["n1"], {"n1", "n2"}));
+  auto call = [&](const char* node, const std::string& method, const std::string& target,
+                  const std::string& body = "") {
+    HttpReply r = HttpCall(nodes_[node]->http_port(), method, target, body);
+    EXPECT_LT(r.status, 300) << target << ": " << r.body;
+    return r.json();
+  };
+  auto sum = [](const json& f) {
+    uint64_t n = 0;
+    for (const auto& c : f["counts"]) n += c.get<uint64_t>();
+    return n;
+  };
+  call("n1", "POST", "/v1/topics/f/jobs", R"([{"delay":"5m"},{"delay":"2h"}])");
+  call("n2", "POST", "/v1/topics/f/jobs", R"([{"delay":"5m"},{"delay":"3d"}])");
+  json hours = call("n1", "GET", "/v1/forecast?bucket=hour&count=3");
+  EXPECT_EQ(sum(hours), 3u) << hours;
+  EXPECT_EQ(hours["from"].get<std::string>().substr(14), "00:00.000Z") << "the current hour";
+  EXPECT_EQ(sum(call("n2", "GET", "/v1/forecast?bucket=day")), 4u);
+  call("n2", "POST", "/v1/topics/f/jobs", R"({"delay":"5m"})");
+  json again = call("n1", "GET", "/v1/forecast?bucket=hour&count=3");
+  EXPECT_EQ(again["as_of"], hours["as_of"]) << "from the cache: " << again;
+  EXPECT_EQ(sum(again), 3u) << again;
+  EXPECT_EQ(sum(call("n1", "GET", "/v1/forecast?bucket=minute&count=10")), 3u) << "read live";
+}
+
 TEST_F(ClusterTest, PeeksStatsKicksAndPausesSeeTheWholeCluster) {
   for (const auto* id : {"n1", "n2"}) Start(id);
   ASSERT_TRUE(Settled(*nodes_["n1"], {"n1", "n2"}));

@@ -74,6 +74,14 @@ struct ListFilter {
 inline constexpr size_t kBodyScanBytes = 16 << 20;
 inline constexpr size_t kBodyScanRowBytes = 256;
 
+// The due forecast: delayed jobs per bucket from `from_ms` (the start of the
+// current minute, or hour for buckets of whole hours).
+struct Forecast {
+  int64_t from_ms = 0;
+  std::vector<uint64_t> counts;
+  bool from_memory = false;  // counted in memory now, not read from the store
+};
+
 struct ListPage {
   std::vector<JobInfo> jobs;
   uint64_t next_cursor = 0;  // 0: no more

@@ -397,6 +397,7 @@ void Engine::WriteDone(Job* j) {
     Detach(j);
     --t->jobs;
     ++t->far_delayed;
+    CountDue(t, store::DueHour(j->due_ms()), 1);
     Forget(j);
   }
 }

@@ -229,10 +229,15 @@ class Engine {
   void GetByKey(const std::string& topic, const std::string& key, Reply<JobInfo> done);
   void List(const ListFilter& f, Reply<ListPage> done);
   // The due forecast: delayed jobs (of `topic`, or all) due from now on, per
-  // bucket of `bucket_minutes` from the current minute, read from the store
-  // (the cluster's in cluster mode).
+  // bucket of `bucket_minutes`. Buckets of whole hours start at the current
+  // hour and are counted in memory, at once (one node); other buckets start
+  // at the current minute and are read from the store, as are all in cluster
+  // mode (memory holds only this node's part there).
   void DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<std::string> topic,
-                   Reply<std::vector<uint64_t>> done);
+                   Reply<Forecast> done);
+  bool ForecastInMemory(int64_t bucket_minutes) const {
+    return shared_ == nullptr && bucket_minutes % 60 == 0;
+  }
   // Dead letters (of `topic`, or all) grouped by last error, largest first,
   // read from the store: a job buried by a write not yet answered may be
   // missing.
@@ -363,6 +368,9 @@ class Engine {
   JobView View(const Job& j) const { return {j.id, j.body}; }
   void MakeReady(Job* j);
   void MakeDelayed(Job* j);
+  // Counts `delta` delayed jobs of `t` due in `hour` (both of the forecast's
+  // counts); every change of a tube's delayed set or far_delayed comes with one.
+  void CountDue(Tube* t, int64_t hour, int64_t delta);
   void MakeBuried(Job* j);  // REQUIRES: detached from its previous state
   // A job stored as delayed, whose write was just answered: ready if its
   // time has come, delayed in memory if due within the loaded horizon, and
@@ -550,6 +558,8 @@ class Engine {
 
   // The jobs that left memory while reads aside were in flight.
   store::StaleReads left_;
+
+  DueHours due_hours_;  // every tube's delayed jobs per due hour
 
   // The loader: every delayed job due in minutes <= loaded_minute_ is in
   // memory (or pinned by a pending write); later ones only in the store.

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <sstream>
 
 #include "store/sqlite/sqlite_store.h"
@@ -451,6 +452,70 @@ TEST_F(EngineTest, AFailedLoadIsRetriedAndItsJobsStillArrive) {
   flaky_->reads_failing = false;
   Advance(1000);
   EXPECT_EQ(r.Take(), "reserved " + std::to_string(id) + " late");
+}
+
+// The due forecast of whole hours is counted in memory, as jobs are put,
+// fire, are deleted, kicked, moved, and go to the store and come back from
+// it: it must agree with the store's own count of its delayed rows, before
+// and after a restart.
+TEST_F(EngineTest, TheHourForecastCountedInMemoryAgreesWithTheStore) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  constexpr int64_t kMin = 60'000;
+  std::vector<uint64_t> ids;
+  for (const char* tube : {"a", "b"}) {
+    engine_->Use(c, tube);
+    for (int64_t delay : {0L, 20'000L, 50'000L, 3 * kMin, 59 * kMin, 61 * kMin, 5 * 60 * kMin,
+                          30 * 60 * kMin, 47 * 60 * kMin, 3 * 24 * 60 * kMin}) {
+      ids.push_back(Put(c, tube, delay));
+    }
+  }
+  auto memory = [&](std::optional<std::string> topic) {
+    auto f = work_.Answer<Forecast>(
+        [&](auto done) { engine_->DueForecast(60, 48, std::move(topic), done); });
+    EXPECT_TRUE(f.ok() && f->from_memory);
+    return f.ok() ? f->counts : std::vector<uint64_t>{};
+  };
+  auto stored = [&](std::optional<std::string> topic) {
+    RunPosted();  // every write answered
+    const int64_t now = clock_.WallMillis();
+    auto n = store_->DueCounts(now, store::DueHour(now) * 60, 60, 48, topic);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n.ok() ? *n : std::vector<uint64_t>{};
+  };
+  auto agree = [&](const char* when) {
+    for (std::optional<std::string> topic : {std::optional<std::string>(), std::optional<std::string>("a"),
+                                             std::optional<std::string>("b")}) {
+      std::vector<uint64_t> want = stored(topic);
+      EXPECT_EQ(memory(topic), want) << when << ", topic " << topic.value_or("(all)");
+    }
+  };
+  auto total = [](const std::vector<uint64_t>& v) {
+    return std::accumulate(v.begin(), v.end(), uint64_t{0});
+  };
+  agree("after the puts");
+  EXPECT_EQ(total(memory(std::nullopt)), 16u) << "8 delayed jobs a tube within 48 hours";
+  EXPECT_EQ(total(memory("nowhere")), 0u);
+  // A near and a far job deleted, a far one kicked, one moved from near to
+  // far and one from far to near.
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Delete(c, ids[2], d); }).ok());
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Delete(c, ids[6], d); }).ok());
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->KickJob(ids[17], d); }).ok());
+  JobPatch later;
+  later.due_ms = clock_.WallMillis() + 10 * 60 * kMin;
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Modify(ids[11], later, d); }).ok());
+  JobPatch sooner;
+  sooner.due_ms = clock_.WallMillis() + 40'000;
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Modify(ids[16], sooner, d); }).ok());
+  agree("after the changes");
+  // Time passes: near jobs fire, the loader brings minutes into memory.
+  for (int s = 0; s < 5 * 60; ++s) Advance(1000);
+  agree("five minutes later");
+  Stop();
+  Start();
+  agree("after a restart");
+  for (int s = 0; s < 60 * 60; s += 10) Advance(10'000);
+  agree("an hour after the restart");
 }
 
 TEST_F(EngineTest, RecoveryRestoresStatesAndKeepsIdsRising) {

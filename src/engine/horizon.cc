@@ -44,7 +44,11 @@ Status Engine::Recover() {
   for (const store::TubeSettings& ts : r->settings) {
     FindOrMakeTube(ts.tube)->settings = DecodeSettings(ts.settings);
   }
-  for (const store::FarCount& f : r->far) FindOrMakeTube(f.tube)->far_delayed += f.delayed;
+  for (const store::FarCount& f : r->far) {
+    Tube* t = FindOrMakeTube(f.tube);
+    t->far_delayed += f.delayed;
+    CountDue(t, f.hour, static_cast<int64_t>(f.delayed));
+  }
   const int64_t steady_us = clock_.SteadyMicros();
   for (const store::TubePause& p : r->pauses) {
     Tube* t = FindTube(p.tube);
@@ -176,6 +180,7 @@ void Engine::FindOrLoad(uint64_t id, std::function<bool(const Job&)> allowed, Re
 Job* Engine::MaterializeFar(const JobRecord& r) {
   Job* j = AddJob(r, JobState::kDelayed);
   if (j->tube->far_delayed > 0) --j->tube->far_delayed;
+  CountDue(j->tube, store::DueHour(r.due_ms), -1);
   return j;
 }
 

@@ -443,13 +443,34 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
 }
 
 void Engine::DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<std::string> topic,
-                         Reply<std::vector<uint64_t>> done) {
-  const int64_t from = clock_.WallMillis();
+                         Reply<Forecast> done) {
+  const int64_t now_ms = clock_.WallMillis();
+  const bool hours = bucket_minutes % 60 == 0;
+  const int64_t from_minute = hours ? store::DueHour(now_ms) * 60 : store::DueMinute(now_ms);
+  Forecast f;
+  f.from_ms = from_minute * store::kMillisPerMinute;
+  if (ForecastInMemory(bucket_minutes)) {
+    f.from_memory = true;
+    f.counts.assign(buckets, 0);
+    const Tube* t = topic ? FindTube(*topic) : nullptr;
+    if (topic && t == nullptr) return done(std::move(f));
+    const DueHours& counts = t ? t->due_hours : due_hours_;
+    const int64_t first = from_minute / 60, width = bucket_minutes / 60;
+    const int64_t end = first + width * static_cast<int64_t>(buckets);
+    for (auto it = counts.lower_bound(first); it != counts.end() && it->first < end; ++it) {
+      f.counts[static_cast<size_t>((it->first - first) / width)] += it->second;
+    }
+    return done(std::move(f));
+  }
   Aside(
-      [&store = store_, from, bucket_minutes, buckets, topic = std::move(topic)] {
-        return store.DueCounts(from, bucket_minutes, buckets, topic);
+      [&store = store_, now_ms, from_minute, bucket_minutes, buckets, topic = std::move(topic)] {
+        return store.DueCounts(now_ms, from_minute, bucket_minutes, buckets, topic);
       },
-      [done = std::move(done)](Result<std::vector<uint64_t>> r, uint64_t) { done(std::move(r)); });
+      [f, done = std::move(done)](Result<std::vector<uint64_t>> r, uint64_t) mutable {
+        if (!r.ok()) return done(r.status());
+        f.counts = std::move(r).value();
+        done(std::move(f));
+      });
 }
 
 void Engine::DeadLetterGroups(std::optional<std::string> topic, size_t limit,

@@ -170,6 +170,7 @@ Job* Engine::AdoptRow(const JobRecord& r) {
     case StoredState::kDelayed:  // the shard's owner promotes it, not this node
       j->state = JobState::kDelayed;
       t->delayed.insert(j);
+      CountDue(t, store::DueHour(r.due_ms), 1);
       break;
     case StoredState::kBuried:
       MakeBuried(j);

@@ -20,7 +20,8 @@ void Engine::Detach(Job* j) {
       if (j->priority < kUrgentThreshold) --t->urgent;
       break;
     case JobState::kDelayed:
-      t->delayed.erase(j);
+      // Not in the set: placed beyond the horizon, for WriteDone to hand over.
+      if (t->delayed.erase(j) > 0) CountDue(t, store::DueHour(j->due_ms()), -1);
       wheel_.Cancel(&j->timer.node);
       break;
     case JobState::kReserved: {
@@ -50,7 +51,17 @@ void Engine::MakeReady(Job* j) {
 void Engine::MakeDelayed(Job* j) {
   j->state = JobState::kDelayed;
   j->tube->delayed.insert(j);
+  CountDue(j->tube, store::DueHour(j->due_ms()), 1);
   Schedule(j->timer, TickAtWall(j->due_us));
+}
+
+void Engine::CountDue(Tube* t, int64_t hour, int64_t delta) {
+  for (DueHours* counts : {&t->due_hours, &due_hours_}) {
+    uint64_t& n = (*counts)[hour];
+    // As far_delayed, never below zero.
+    n = delta < 0 && n < static_cast<uint64_t>(-delta) ? 0 : n + static_cast<uint64_t>(delta);
+    if (n == 0) counts->erase(hour);
+  }
 }
 
 void Engine::PlaceDelayed(Job* j) {

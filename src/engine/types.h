@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -99,6 +100,9 @@ struct BuryOrder {
   bool operator()(const Job* a, const Job* b) const { return a->bury_seq < b->bury_seq; }
 };
 
+// Delayed jobs per due hour (store::DueHour): the due forecast's counts.
+using DueHours = std::map<int64_t, uint64_t>;
+
 struct Tube {
   std::string name;
   std::set<Job*, ReadyOrder> ready;       // pull jobs
@@ -107,6 +111,7 @@ struct Tube {
   std::set<Job*, BuryOrder> buried;
   std::vector<Client*> waiters;  // clients blocked in reserve, first come first served
   uint64_t far_delayed = 0;      // delayed jobs only in the store (beyond the horizon)
+  DueHours due_hours;            // delayed jobs (memory's and far) per due hour
   uint64_t jobs = 0;             // jobs in memory naming this tube, any state
   uint64_t reserved = 0;
   uint64_t urgent = 0;                // ready jobs with priority < kUrgentThreshold

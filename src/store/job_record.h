@@ -27,6 +27,12 @@ constexpr int64_t DueMinute(int64_t due_ms) {
   return due_ms >= 0 ? due_ms / kMillisPerMinute
                      : -((-due_ms + kMillisPerMinute - 1) / kMillisPerMinute);
 }
+// Delayed jobs are counted per due hour (for the due forecast): minutes
+// since the epoch / 60, rounded down.
+constexpr int64_t DueHourOfMinute(int64_t minute) {
+  return minute >= 0 ? minute / 60 : -((-minute + 59) / 60);
+}
+constexpr int64_t DueHour(int64_t due_ms) { return DueHourOfMinute(DueMinute(due_ms)); }
 
 struct JobCounters {
   uint32_t reserves = 0;

@@ -201,8 +201,10 @@ struct TubePause {
   int64_t unpause_ms = 0;
 };
 
+// Delayed jobs beyond the horizon of one tube and due hour (DueHour).
 struct FarCount {
   std::string tube;
+  int64_t hour = 0;
   uint64_t delayed = 0;
 };
 
@@ -214,7 +216,7 @@ struct TubeSettings {
 // What recovery hands the engine: everything it must hold in memory.
 struct Recovered {
   std::vector<JobRecord> jobs;    // ready, buried, and delayed due through the horizon minute
-  std::vector<FarCount> far;      // delayed jobs due after the horizon minute, per tube
+  std::vector<FarCount> far;  // delayed jobs due after the horizon minute, by tube and hour
   std::vector<TubePause> pauses;  // pauses not yet over
   std::vector<TubeSettings> settings;
   uint64_t next_id = 1;        // larger than every id ever handed out
@@ -284,16 +286,17 @@ class Store {
   virtual Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
                                                     const std::string& key) = 0;
   virtual Result<std::vector<JobRecord>> List(const ListQuery& q) = 0;
-  // Delayed jobs (of `tube`, or all) due from `now_ms` on, per bucket of
-  // `bucket_minutes` due minutes from now_ms's minute: `buckets` counts, the
-  // first bucket first. (A job whose due time has passed may still be stored
-  // as delayed on one node, where memory makes it ready: not counted.)
   // Dead letters (buried jobs, of `tube` or all) grouped by their last
   // error, the largest groups first, at most `limit` groups.
   virtual Result<std::vector<ErrorGroup>> BuriedByError(const std::optional<std::string>& tube,
                                                         size_t limit) = 0;
-  virtual Result<std::vector<uint64_t>> DueCounts(int64_t now_ms, int64_t bucket_minutes,
-                                                  size_t buckets,
+  // Delayed jobs (of `tube`, or all) due from `now_ms` on, per bucket of
+  // `bucket_minutes` due minutes from minute `from_minute` (at most now's):
+  // `buckets` counts, the first bucket first. (A job whose due time has
+  // passed may still be stored as delayed on one node, where memory makes it
+  // ready: not counted.)
+  virtual Result<std::vector<uint64_t>> DueCounts(int64_t now_ms, int64_t from_minute,
+                                                  int64_t bucket_minutes, size_t buckets,
                                                   const std::optional<std::string>& tube) = 0;
   // Delayed jobs of one due minute with id > after_id, in id order.
   virtual Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,

@@ -100,6 +100,28 @@ TEST_P(StoreTest, InsertedJobReadsBackWhole) {
   EXPECT_FALSE(store_->Get(8)->has_value());
 }
 
+TEST_P(StoreTest, DueCountsBucketFromTheGivenMinuteAndCountFromNow) {
+  const int64_t hour = 500;  // minutes 30000-30059
+  const int64_t now = (hour * 60 + 20) * kMillisPerMinute + 30'000;  // 20.5 minutes in
+  auto at = [&](int64_t minutes) { return now + minutes * kMillisPerMinute; };
+  Apply({Mutation::Insert(Job(1, StoredState::kDelayed, now - 1)),  // passed: not counted
+         Mutation::Insert(Job(2, StoredState::kDelayed, at(-10))),  // passed, this hour
+         Mutation::Insert(Job(3, StoredState::kDelayed, now)),
+         Mutation::Insert(Job(4, StoredState::kDelayed, at(30), "b")),
+         Mutation::Insert(Job(5, StoredState::kDelayed, at(45))),   // the next hour
+         Mutation::Insert(Job(6, StoredState::kReady, at(45))),     // not delayed
+         Mutation::Insert(Job(7, StoredState::kDelayed, at(100))),  // hour + 2
+         Mutation::Insert(Job(8, StoredState::kDelayed, at(200)))});  // beyond 3 hours
+  auto hours = store_->DueCounts(now, hour * 60, 60, 3, std::nullopt);
+  ASSERT_TRUE(hours.ok()) << hours.status().ToString();
+  EXPECT_EQ(*hours, (std::vector<uint64_t>{2, 1, 1}));
+  EXPECT_EQ(store_->DueCounts(now, hour * 60, 60, 3, "b").value(), (std::vector<uint64_t>{1, 0, 0}));
+  // Minutes from now's minute.
+  auto minutes = store_->DueCounts(now, DueMinute(now), 15, 3, std::nullopt);
+  ASSERT_TRUE(minutes.ok());
+  EXPECT_EQ(*minutes, (std::vector<uint64_t>{1, 0, 1}));  // now; 30 minutes on
+}
+
 TEST_P(StoreTest, RecoverySplitsNearJobsFromFarCounts) {
   const int64_t minute = 1000;
   Apply({Mutation::Insert(Job(1, StoredState::kReady, 0)),
@@ -108,26 +130,34 @@ TEST_P(StoreTest, RecoverySplitsNearJobsFromFarCounts) {
          Mutation::Insert(Job(4, StoredState::kDelayed, (minute + 9) * kMillisPerMinute, "a")),
          Mutation::Insert(Job(5, StoredState::kBuried, (minute + 9) * kMillisPerMinute)),
          Mutation::Insert(Job(6, StoredState::kDelayed, (minute + 3) * kMillisPerMinute, "b")),
-         Mutation::Insert(Job(7, StoredState::kDone, 0))});
+         Mutation::Insert(Job(7, StoredState::kDone, 0)),
+         Mutation::Insert(Job(8, StoredState::kDelayed, (minute + 125) * kMillisPerMinute, "a"))});
   Reopen();
   auto r = store_->Recover(minute);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   std::vector<uint64_t> ids;
   for (auto& j : r->jobs) ids.push_back(j.id);
   EXPECT_EQ(ids, (std::vector<uint64_t>{1, 2, 5}));
-  ASSERT_EQ(r->far.size(), 2u);
+  // Counted per tube and due hour: minutes 1001 and 1009 are in hour 16,
+  // 1125 in hour 18.
+  ASSERT_EQ(r->far.size(), 3u);
   EXPECT_EQ(r->far[0].tube, "a");
+  EXPECT_EQ(r->far[0].hour, 16);
   EXPECT_EQ(r->far[0].delayed, 2u);
-  EXPECT_EQ(r->far[1].tube, "b");
+  EXPECT_EQ(r->far[1].tube, "a");
+  EXPECT_EQ(r->far[1].hour, 18);
   EXPECT_EQ(r->far[1].delayed, 1u);
-  EXPECT_EQ(r->next_id, 8u);
+  EXPECT_EQ(r->far[2].tube, "b");
+  EXPECT_EQ(r->far[2].hour, 16);
+  EXPECT_EQ(r->far[2].delayed, 1u);
+  EXPECT_EQ(r->next_id, 9u);
 
   auto loaded = store_->LoadMinute(minute + 1, 0, 100);
   ASSERT_TRUE(loaded.ok());
   ASSERT_EQ(loaded->size(), 1u);
   EXPECT_EQ((*loaded)[0].id, 3u);
   auto far = store_->FarDelayed("a", minute, 10);
-  ASSERT_EQ(far->size(), 2u);
+  ASSERT_EQ(far->size(), 3u);
   EXPECT_EQ((*far)[0].id, 3u);
 }
 

@@ -1097,15 +1097,16 @@ Result<Recovered> PgStore::RecoverNow(int64_t horizon_minute) {
            ReadJob);
   if (!jobs.ok()) return jobs.status();
   out.jobs = std::move(jobs).value();
-  // Delayed beyond the horizon: they stay in the store, counted per tube.
+  // Delayed beyond the horizon: they stay in the store, counted per tube
+  // and due hour (floor: a minute before the epoch is in hour -1).
   auto far = query(
-      "SELECT tube, count(*) FROM jobs WHERE state=1 AND due_min>$1::int8 GROUP BY tube ORDER BY "
-      "tube",
+      "SELECT tube, floor(due_min / 60.0)::int8, count(*) FROM jobs WHERE state=1 AND "
+      "due_min>$1::int8 GROUP BY 1, 2 ORDER BY 1, 2",
       Params().Int(horizon_minute));
   if (!far.ok()) return far.status();
   for (int i = 0; i < PQntuples(far->get()); ++i) {
-    out.far.push_back(
-        {pg::GetBytes(far->get(), i, 0), static_cast<uint64_t>(pg::GetInt(far->get(), i, 1))});
+    out.far.push_back({pg::GetBytes(far->get(), i, 0), pg::GetInt(far->get(), i, 1),
+                       static_cast<uint64_t>(pg::GetInt(far->get(), i, 2))});
   }
   auto tubes = query("SELECT name, pause_ms, unpause_ms, settings FROM tubes", Params());
   if (!tubes.ok()) return tubes.status();
@@ -1200,26 +1201,26 @@ Result<std::vector<ErrorGroup>> PgStore::BuriedByError(const std::optional<std::
       });
 }
 
-Result<std::vector<uint64_t>> PgStore::DueCounts(int64_t now_ms, int64_t bucket_minutes,
-                                                 size_t buckets,
+Result<std::vector<uint64_t>> PgStore::DueCounts(int64_t now_ms, int64_t from_minute,
+                                                 int64_t bucket_minutes, size_t buckets,
                                                  const std::optional<std::string>& tube) {
   // As SqliteStore's: the minutes after now's from the index, now's from now on.
-  const int64_t from = DueMinute(now_ms);
   Params p;
-  p.Int(from)
+  p.Int(DueMinute(now_ms))
       .Int(bucket_minutes)
-      .Int(from + bucket_minutes * static_cast<int64_t>(buckets))
-      .Int(now_ms);
-  std::vector<Oid> types = {kInt8, kInt8, kInt8, kInt8};
+      .Int(from_minute + bucket_minutes * static_cast<int64_t>(buckets))
+      .Int(now_ms)
+      .Int(from_minute);
+  std::vector<Oid> types = {kInt8, kInt8, kInt8, kInt8, kInt8};
   std::string where = "state = 1";
   if (tube) {
-    where += " AND tube = $5";
+    where += " AND tube = $6";
     p.Bytes(*tube);
     types.push_back(kText);
   }
   const std::string sql =
-      "SELECT 0::int8, count(*) FROM jobs WHERE " + where +
-      " AND due_min = $1 AND due_ms >= $4 UNION ALL SELECT (due_min - $1) / $2, count(*) FROM jobs "
+      "SELECT ($1 - $5) / $2, count(*) FROM jobs WHERE " + where +
+      " AND due_min = $1 AND due_ms >= $4 UNION ALL SELECT (due_min - $5) / $2, count(*) FROM jobs "
       "WHERE " +
       where + " AND due_min > $1 AND due_min < $3 GROUP BY 1";
   auto rows =

@@ -463,21 +463,28 @@ Result<Recovered> SqliteStore::Recover(int64_t horizon_minute) {
     if (!status.ok()) return status;
   }
   {
-    // Delayed beyond the horizon: they stay in the store, counted per tube.
+    // Delayed beyond the horizon: they stay in the store, counted per tube
+    // and due hour. Rows come in id order, mostly in runs of one tube.
     Stmt q;
-    Status s = q.Prepare(read_db_, "SELECT tube FROM jobs NOT INDEXED WHERE state=1 AND due_min>?");
+    Status s = q.Prepare(read_db_,
+                         "SELECT tube, due_min FROM jobs NOT INDEXED WHERE state=1 AND due_min>?");
     if (!s.ok()) return s;
     q.Bind(1, horizon_minute);
-    std::map<std::string, uint64_t, std::less<>> far;
+    std::map<std::string, std::map<int64_t, uint64_t>, std::less<>> far;
+    auto last = far.end();
     while (q.Step(&status)) {
       std::string_view tube(reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 0)),
                             static_cast<size_t>(sqlite3_column_bytes(q.get(), 0)));
-      auto it = far.find(tube);
-      if (it == far.end()) it = far.emplace(std::string(tube), 0).first;
-      ++it->second;
+      if (last == far.end() || last->first != tube) {
+        last = far.find(tube);
+        if (last == far.end()) last = far.try_emplace(std::string(tube)).first;
+      }
+      ++last->second[DueHourOfMinute(sqlite3_column_int64(q.get(), 1))];
     }
     if (!status.ok()) return status;
-    for (auto& [tube, n] : far) r.far.push_back({tube, n});
+    for (auto& [tube, hours] : far) {
+      for (auto [hour, n] : hours) r.far.push_back({tube, hour, n});
+    }
   }
   {
     Stmt q;
@@ -966,26 +973,28 @@ Result<std::vector<ErrorGroup>> SqliteStore::BuriedByError(const std::optional<s
   return out;
 }
 
-Result<std::vector<uint64_t>> SqliteStore::DueCounts(int64_t now_ms, int64_t bucket_minutes,
-                                                     size_t buckets,
+Result<std::vector<uint64_t>> SqliteStore::DueCounts(int64_t now_ms, int64_t from_minute,
+                                                     int64_t bucket_minutes, size_t buckets,
                                                      const std::optional<std::string>& tube) {
   // The minutes after now's are counted from the partial index jobs_due
   // alone (unless a tube is asked for); now's minute, row by row, from now on.
-  const int64_t from = DueMinute(now_ms);
+  const int64_t now_minute = DueMinute(now_ms);
   const std::string where = std::string("state = 1") + (tube ? " AND tube = ?4" : "");
   std::vector<uint64_t> out(buckets);
   for (bool current : {true, false}) {
     Stmt q;
-    Status s =
-        q.Prepare(read_db_, current ? "SELECT 0, count(*) FROM jobs WHERE " + where +
-                                          " AND due_min = ?1 AND due_ms >= ?2"
-                                    : "SELECT (due_min - ?1) / ?2, count(*) FROM jobs WHERE " +
-                                          where + " AND due_min > ?1 AND due_min < ?3 GROUP BY 1");
+    Status s = q.Prepare(
+        read_db_, current ? "SELECT (?1 - ?5) / ?3, count(*) FROM jobs WHERE " + where +
+                                " AND due_min = ?1 AND due_ms >= ?2"
+                          : "SELECT (due_min - ?5) / ?3, count(*) FROM jobs WHERE " + where +
+                                " AND due_min > ?1 AND due_min < ?6 GROUP BY 1");
     if (!s.ok()) return s;
-    q.Bind(1, from);
-    q.Bind(2, current ? now_ms : bucket_minutes);
-    if (!current) q.Bind(3, from + bucket_minutes * static_cast<int64_t>(buckets));
+    q.Bind(1, now_minute);
+    if (current) q.Bind(2, now_ms);
+    q.Bind(3, bucket_minutes);
     if (tube) q.Bind(4, *tube);
+    q.Bind(5, from_minute);
+    if (!current) q.Bind(6, from_minute + bucket_minutes * static_cast<int64_t>(buckets));
     Status status;
     while (q.Step(&status)) {
       const int64_t b = sqlite3_column_int64(q.get(), 0);

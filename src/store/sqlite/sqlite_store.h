@@ -54,8 +54,8 @@ class SqliteStore final : public Store, private CommitQueue::Backend {
   Result<std::vector<JobRecord>> List(const ListQuery& q) override;
   Result<std::vector<ErrorGroup>> BuriedByError(const std::optional<std::string>& tube,
                                                 size_t limit) override;
-  Result<std::vector<uint64_t>> DueCounts(int64_t now_ms, int64_t bucket_minutes,
-                                          size_t buckets,
+  Result<std::vector<uint64_t>> DueCounts(int64_t now_ms, int64_t from_minute,
+                                          int64_t bucket_minutes, size_t buckets,
                                           const std::optional<std::string>& tube) override;
   Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
                                             size_t limit) override;

@@ -44,9 +44,9 @@ class FlakyStore final : public Store {
                                                 size_t limit) override {
     return real_.BuriedByError(tube, limit);
   }
-  Result<std::vector<uint64_t>> DueCounts(int64_t from, int64_t width, size_t n,
+  Result<std::vector<uint64_t>> DueCounts(int64_t now, int64_t from, int64_t width, size_t n,
                                           const std::optional<std::string>& tube) override {
-    return real_.DueCounts(from, width, n, tube);
+    return real_.DueCounts(now, from, width, n, tube);
   }
   Result<std::vector<JobRecord>> LoadMinute(int64_t m, uint64_t a, size_t l) override {
     last_load_minute_ = m;

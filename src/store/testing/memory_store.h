@@ -51,16 +51,16 @@ class MemoryStore final : public Store {
 
   Result<Recovered> Recover(int64_t horizon_minute) override {
     Recovered r;
-    std::map<std::string, uint64_t> far;
+    std::map<std::pair<std::string, int64_t>, uint64_t> far;
     for (const auto& [id, j] : written_.jobs) {
       if (j.state == StoredState::kDone) continue;
       if (j.state == StoredState::kDelayed && DueMinute(j.due_ms) > horizon_minute) {
-        ++far[j.tube];
+        ++far[{j.tube, DueHour(j.due_ms)}];
       } else {
         r.jobs.push_back(j);
       }
     }
-    for (const auto& [tube, n] : far) r.far.push_back({tube, n});
+    for (const auto& [at, n] : far) r.far.push_back({at.first, at.second, n});
     for (const auto& [tube, p] : written_.pauses) r.pauses.push_back(p);
     for (const auto& [tube, s] : written_.settings) r.settings.push_back({tube, s});
     r.next_id = written_.next_id;
@@ -112,13 +112,13 @@ class MemoryStore final : public Store {
     if (out.size() > limit) out.resize(limit);
     return out;
   }
-  Result<std::vector<uint64_t>> DueCounts(int64_t from, int64_t width, size_t n,
+  Result<std::vector<uint64_t>> DueCounts(int64_t now, int64_t from, int64_t width, size_t n,
                                           const std::optional<std::string>& tube) override {
     std::vector<uint64_t> out(n);
     for (const auto& [id, j] : written_.jobs) {
-      const int64_t b = (DueMinute(j.due_ms) - DueMinute(from)) / width;
+      const int64_t b = (DueMinute(j.due_ms) - from) / width;
       if (j.state != StoredState::kDelayed || (tube && j.tube != *tube)) continue;
-      if (j.due_ms >= from && b < static_cast<int64_t>(n)) ++out[static_cast<size_t>(b)];
+      if (j.due_ms >= now && b < static_cast<int64_t>(n)) ++out[static_cast<size_t>(b)];
     }
     return out;
   }
