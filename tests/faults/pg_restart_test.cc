@@ -125,6 +125,31 @@ TEST(PgRestartTest, ACrashOfPostgresLosesNoAcknowledgedJobAndDelaydRecoversByIts
     EXPECT_EQ(reader.Cmd("peek " + std::to_string(ready_id)),
               "FOUND " + std::to_string(ready_id) + " 9\r\nin memory\r\n");
     EXPECT_EQ(reader.Cmd("stats").rfind("OK ", 0), 0u);
+    // The console's reads of the store say so; what memory counts answers.
+    for (const char* target : {"/v1/forecast?bucket=minute", "/v1/dead-letters",
+                               "/v1/jobs?state=buried", "/v1/jobs?body_field=x", "/readyz"}) {
+      HttpReply down = HttpCall(server.http_port(), "GET", target);
+      EXPECT_EQ(down.status, 503) << target << ": " << down.body;
+    }
+    HttpReply days = HttpCall(server.http_port(), "GET", "/v1/forecast?bucket=day&topic=restart");
+    EXPECT_EQ(days.status, 200) << days.body;
+    EXPECT_EQ(HttpCall(server.http_port(), "GET", "/metrics").status, 200);
+    // A bulk operation whose first read fails ends failed, having done nothing
+    // (every acknowledged job is checked below).
+    HttpReply bulk = HttpCall(server.http_port(), "POST", "/v1/bulk",
+                              R"({"action":"cancel","filter":{"topic":"restart"}})");
+    ASSERT_EQ(bulk.status, 202) << bulk.body;
+    const std::string op = "/v1/bulk/" + std::to_string(bulk.json()["id"].get<uint64_t>());
+    json progress;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          progress = HttpCall(server.http_port(), "GET", op).json();
+          return progress["state"] != "running";
+        },
+        std::chrono::seconds(10)));
+    EXPECT_EQ(progress["state"], "failed") << progress;
+    EXPECT_EQ(progress["applied"], 0) << progress;
+    EXPECT_FALSE(progress["error"].get<std::string>().empty()) << progress;
   }
   ASSERT_EQ(pg.Recover(), 0);
   const int at_restart = tally.acked_count;
