@@ -131,8 +131,8 @@ TEST_F(DelayctlTest, SubmitGetListAndTheOneJobActions) {
   EXPECT_EQ(Lines(all.out), 5u) << all.out;
   Outcome pages = Expect(0, {"list", "--state", "ready", "-o", "json"});
   EXPECT_EQ(json::parse(pages.out)["jobs"].size(), 1u) << pages.out;  // "b"
-  Outcome by_body = Expect(0, {"list", "--topic", "orders", "--body-field", "items.1",
-                               "--body-value", "2", "--all"});
+  Outcome by_body = Expect(
+      0, {"list", "--topic", "orders", "--body-field", "items.1", "--body-value", "2", "--all"});
   EXPECT_EQ(Lines(by_body.out), 2u) << "a header and order-1: " << by_body.out;
   EXPECT_NE(by_body.out.find("order-1"), std::string::npos) << by_body.out;
 

@@ -179,9 +179,9 @@ TEST_F(HttpApiTest, ListFindsJobsByAFieldOfTheirBody) {
   Ok("POST", "/v1/topics/shop/jobs", batch, 201);
   Client bs(server_->port());
   bs.Cmd("use shop");
-  for (const std::string& raw : {std::string("not json"), std::string("{\"order\":{\"status\":"),
-                                std::string("{\"order\":{\"status\":\"unpaid\xff\"}}"),
-                                std::string("\0\x01{}", 4)}) {
+  for (const std::string& raw :
+       {std::string("not json"), std::string("{\"order\":{\"status\":"),
+        std::string("{\"order\":{\"status\":\"unpaid\xff\"}}"), std::string("\0\x01{}", 4)}) {
     bs.Put(raw, 1);
   }
   Ok("POST", "/v1/topics/other/jobs", {{"body", {{"order", {{"status", "unpaid"}}}}}}, 201);

@@ -194,8 +194,9 @@ Result<std::vector<std::string>> ParseJsonPath(std::string_view dotted, const st
   for (size_t start = 0;;) {
     const size_t dot = std::min(dotted.find('.', start), dotted.size());
     if (dot == start) {
-      return Status::InvalidField(field, "has an empty segment: each part between dots names a "
-                                         "member, or (digits) an array element");
+      return Status::InvalidField(field,
+                                  "has an empty segment: each part between dots names a "
+                                  "member, or (digits) an array element");
     }
     out.emplace_back(dotted.substr(start, dot - start));
     if (out.size() > kMaxJsonPathSegments) {

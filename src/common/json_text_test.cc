@@ -40,9 +40,9 @@ TEST(JsonTextTest, BracketsInsideStringsDoNotCount) {
 }
 
 TEST(JsonTextTest, InvalidJsonNamesTheGivenField) {
-  for (std::string bad : {std::string(""), std::string("{"), std::string("{\"a\":}"),
-                          std::string("[1,]"), std::string("\"\xff\""), std::string("{\"a\":1}x"),
-                          std::string("{\"a\":1}\0x", 9)}) {
+  for (std::string bad :
+       {std::string(""), std::string("{"), std::string("{\"a\":}"), std::string("[1,]"),
+        std::string("\"\xff\""), std::string("{\"a\":1}x"), std::string("{\"a\":1}\0x", 9)}) {
     Result<nlohmann::json> r = ParseJson(bad, "spec");
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().field(), "spec");
@@ -87,15 +87,13 @@ TEST(JsonTextTest, ElementTextsOfAnArray) {
   EXPECT_TRUE(JsonElementTexts("{\"a\":1}").empty());
 }
 
-
 JsonFieldTest Field(std::vector<std::string> path, std::optional<std::string> value) {
   return JsonFieldTest{std::move(path), std::move(value)};
 }
 
 TEST(JsonFieldTest, ComparesStringsByContentAndOtherScalarsAsWritten) {
-  const std::string body =
-      R"({"customer":{"id":8812,"name":"Zo\u00eb","vip":true,"tag":null},)"
-      R"("items":[{"sku":"A-1"},{"sku":"B-2","qty":2.50}],"note":"a.b"})";
+  const std::string body = R"({"customer":{"id":8812,"name":"Zo\u00eb","vip":true,"tag":null},)"
+                           R"("items":[{"sku":"A-1"},{"sku":"B-2","qty":2.50}],"note":"a.b"})";
   EXPECT_TRUE(Field({"customer", "id"}, "8812").Matches(body));
   EXPECT_FALSE(Field({"customer", "id"}, "8813").Matches(body));
   EXPECT_FALSE(Field({"customer", "id"}, "\"8812\"").Matches(body));

@@ -484,8 +484,9 @@ TEST_F(EngineTest, TheHourForecastCountedInMemoryAgreesWithTheStore) {
     return n.ok() ? *n : std::vector<uint64_t>{};
   };
   auto agree = [&](const char* when) {
-    for (std::optional<std::string> topic : {std::optional<std::string>(), std::optional<std::string>("a"),
-                                             std::optional<std::string>("b")}) {
+    for (std::optional<std::string> topic :
+         {std::optional<std::string>(), std::optional<std::string>("a"),
+          std::optional<std::string>("b")}) {
       std::vector<uint64_t> want = stored(topic);
       EXPECT_EQ(memory(topic), want) << when << ", topic " << topic.value_or("(all)");
     }

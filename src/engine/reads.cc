@@ -335,7 +335,7 @@ namespace {
 // What a list's store read gives: the rows that match, and how far it read.
 struct ListScan {
   std::vector<JobRecord> rows;
-  uint64_t last_id = 0;  // the last job read (matched or not)
+  uint64_t last_id = 0;    // the last job read (matched or not)
   bool exhausted = false;  // nothing after last_id matches the store's filter
 };
 
@@ -422,7 +422,7 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
           }
           for (JobRecord& r : scan->rows) {
             if (page.jobs.size() == f.limit) {
-              page.next_cursor = page.jobs.back().record.id;
+              page.next_cursor = page.jobs.empty() ? r.id - 1 : page.jobs.back().record.id;
               break;
             }
             auto it = jobs_.find(r.id);

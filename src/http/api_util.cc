@@ -87,9 +87,9 @@ Result<engine::ListFilter> ParseListFilter(const Query& q,
     auto path = ParseJsonPath(*field, prefix + "body_field");
     if (!path.ok()) return path.status();
     if (body_value && body_value->size() > kMaxBodyValueBytes) {
-      return Status::InvalidField(prefix + "body_value", "must be at most " +
-                                                             std::to_string(kMaxBodyValueBytes) +
-                                                             " bytes");
+      return Status::InvalidField(
+          prefix + "body_value",
+          "must be at most " + std::to_string(kMaxBodyValueBytes) + " bytes");
     }
     f.body = JsonFieldTest{std::move(*path), body_value};
   } else if (body_value) {

@@ -54,18 +54,17 @@ void Api::Forecast(Call& c) {
   auto read = [this, w, n = static_cast<size_t>(*count),
                topic](std::function<void(Response)> done) {
     const int64_t now_ms = clock_.WallMillis();
-    engine_.DueForecast(
-        w->minutes, n, topic,
-        [done = std::move(done), w, now_ms, topic](Result<engine::Forecast> r) {
-          if (!r.ok()) return done(ProblemResponse(r.status()));
-          json j = {{"bucket", w->name},
-                    {"bucket_ms", w->minutes * store::kMillisPerMinute},
-                    {"from", FormatRfc3339Ms(r->from_ms)},
-                    {"as_of", FormatRfc3339Ms(now_ms)},
-                    {"topic", topic ? json(*topic) : json()},
-                    {"counts", r->counts}};
-          done(JsonResponse(200, j));
-        });
+    engine_.DueForecast(w->minutes, n, topic,
+                        [done = std::move(done), w, now_ms, topic](Result<engine::Forecast> r) {
+                          if (!r.ok()) return done(ProblemResponse(r.status()));
+                          json j = {{"bucket", w->name},
+                                    {"bucket_ms", w->minutes * store::kMillisPerMinute},
+                                    {"from", FormatRfc3339Ms(r->from_ms)},
+                                    {"as_of", FormatRfc3339Ms(now_ms)},
+                                    {"topic", topic ? json(*topic) : json()},
+                                    {"counts", r->counts}};
+                          done(JsonResponse(200, j));
+                        });
   };
   if (w->minutes == 1 || engine_.ForecastInMemory(w->minutes)) return read(std::move(c.reply));
 

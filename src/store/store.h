@@ -216,7 +216,7 @@ struct TubeSettings {
 // What recovery hands the engine: everything it must hold in memory.
 struct Recovered {
   std::vector<JobRecord> jobs;    // ready, buried, and delayed due through the horizon minute
-  std::vector<FarCount> far;  // delayed jobs due after the horizon minute, by tube and hour
+  std::vector<FarCount> far;      // delayed jobs due after the horizon minute, by tube and hour
   std::vector<TubePause> pauses;  // pauses not yet over
   std::vector<TubeSettings> settings;
   uint64_t next_id = 1;        // larger than every id ever handed out

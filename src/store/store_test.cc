@@ -101,21 +101,22 @@ TEST_P(StoreTest, InsertedJobReadsBackWhole) {
 }
 
 TEST_P(StoreTest, DueCountsBucketFromTheGivenMinuteAndCountFromNow) {
-  const int64_t hour = 500;  // minutes 30000-30059
+  const int64_t hour = 500;                                          // minutes 30000-30059
   const int64_t now = (hour * 60 + 20) * kMillisPerMinute + 30'000;  // 20.5 minutes in
   auto at = [&](int64_t minutes) { return now + minutes * kMillisPerMinute; };
   Apply({Mutation::Insert(Job(1, StoredState::kDelayed, now - 1)),  // passed: not counted
          Mutation::Insert(Job(2, StoredState::kDelayed, at(-10))),  // passed, this hour
          Mutation::Insert(Job(3, StoredState::kDelayed, now)),
          Mutation::Insert(Job(4, StoredState::kDelayed, at(30), "b")),
-         Mutation::Insert(Job(5, StoredState::kDelayed, at(45))),   // the next hour
-         Mutation::Insert(Job(6, StoredState::kReady, at(45))),     // not delayed
-         Mutation::Insert(Job(7, StoredState::kDelayed, at(100))),  // hour + 2
+         Mutation::Insert(Job(5, StoredState::kDelayed, at(45))),     // the next hour
+         Mutation::Insert(Job(6, StoredState::kReady, at(45))),       // not delayed
+         Mutation::Insert(Job(7, StoredState::kDelayed, at(100))),    // hour + 2
          Mutation::Insert(Job(8, StoredState::kDelayed, at(200)))});  // beyond 3 hours
   auto hours = store_->DueCounts(now, hour * 60, 60, 3, std::nullopt);
   ASSERT_TRUE(hours.ok()) << hours.status().ToString();
   EXPECT_EQ(*hours, (std::vector<uint64_t>{2, 1, 1}));
-  EXPECT_EQ(store_->DueCounts(now, hour * 60, 60, 3, "b").value(), (std::vector<uint64_t>{1, 0, 0}));
+  EXPECT_EQ(store_->DueCounts(now, hour * 60, 60, 3, "b").value(),
+            (std::vector<uint64_t>{1, 0, 0}));
   // Minutes from now's minute.
   auto minutes = store_->DueCounts(now, DueMinute(now), 15, 3, std::nullopt);
   ASSERT_TRUE(minutes.ok());

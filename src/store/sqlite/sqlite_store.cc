@@ -983,11 +983,11 @@ Result<std::vector<uint64_t>> SqliteStore::DueCounts(int64_t now_ms, int64_t fro
   std::vector<uint64_t> out(buckets);
   for (bool current : {true, false}) {
     Stmt q;
-    Status s = q.Prepare(
-        read_db_, current ? "SELECT (?1 - ?5) / ?3, count(*) FROM jobs WHERE " + where +
-                                " AND due_min = ?1 AND due_ms >= ?2"
-                          : "SELECT (due_min - ?5) / ?3, count(*) FROM jobs WHERE " + where +
-                                " AND due_min > ?1 AND due_min < ?6 GROUP BY 1");
+    Status s =
+        q.Prepare(read_db_, current ? "SELECT (?1 - ?5) / ?3, count(*) FROM jobs WHERE " + where +
+                                          " AND due_min = ?1 AND due_ms >= ?2"
+                                    : "SELECT (due_min - ?5) / ?3, count(*) FROM jobs WHERE " +
+                                          where + " AND due_min > ?1 AND due_min < ?6 GROUP BY 1");
     if (!s.ok()) return s;
     q.Bind(1, now_minute);
     if (current) q.Bind(2, now_ms);
