@@ -3,9 +3,11 @@
 // every page renders with real data, a job found by key is retried from
 // it, a timer created in it fires, a bulk retry of the dead letters of one
 // error completes, the token prompt refuses a wrong token, read-only hides
-// the actions, and a screenshot of every page is written to SCREENSHOT_DIR.
+// the actions, the cluster page shows two nodes sharing a PostgreSQL (when
+// DELAYD_TEST_PG_FILE names the suite's), and a screenshot of every page is
+// written to SCREENSHOT_DIR.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -21,6 +23,8 @@ for (const f of fs.readdirSync(SHOTS)) if (f.endsWith('.png')) fs.rmSync(path.jo
 
 const servers = [];
 let browser;
+let pgAdmin = '';  // the suite's PostgreSQL, for the cluster page
+const clusterDb = `console_cluster_${process.pid}`;
 
 async function waitFor(what, fn, ms = 10000) {
   const deadline = Date.now() + ms;
@@ -260,6 +264,32 @@ try {
   assert.equal((await fetch(`${off.base}/`)).status, 404);
   assert.equal((await fetch(`${off.base}/console/console.js`)).status, 404);
 
+  // Cluster: two nodes sharing the suite's PostgreSQL, when it has one.
+  const pgFile = process.env.DELAYD_TEST_PG_FILE;
+  if (pgFile) {
+    pgAdmin = fs.readFileSync(pgFile, 'utf8').trim();
+    execFileSync('psql', [pgAdmin, '-qc', `CREATE DATABASE ${clusterDb}`]);
+    const uri = pgAdmin.slice(0, pgAdmin.lastIndexOf('/') + 1) + clusterDb;
+    const n1 = await startDelayd(['--store', uri, '--cluster', '--node-id', 'n1']);
+    await startDelayd(['--store', uri, '--cluster', '--node-id', 'n2']);
+    await waitFor('both nodes to own shards', async () => {
+      const v = (await n1.api('GET', '/v1/cluster')).json;
+      return v.nodes && v.nodes.filter(n => n.live && n.shards_owned > 0).length === 2;
+    }, 30000);
+    const c = await newPage(n1);
+    await c.goto(`${n1.base}/#/cluster`);
+    await heading(c, 'Cluster');
+    await c.getByText(/^This node: n1\./).waitFor();
+    const nodes = c.locator('table').first().locator('tbody tr');
+    await waitFor('two nodes in the table', async () => await nodes.count() === 2);
+    assert.deepEqual((await nodes.locator('td:first-child').allInnerTexts()).sort(), ['n1', 'n2']);
+    const owners = await c.locator('table').nth(1).locator('tbody td:first-child').allInnerTexts();
+    assert.deepEqual(owners.sort(), ['n1', 'n2'], 'every shard owned by one of the two');
+    await shot(c, 'cluster-two-nodes');
+  } else {
+    console.log('no DELAYD_TEST_PG_FILE: the cluster page of two nodes is not checked');
+  }
+
   assert.deepEqual(pageErrors, [], 'no script errors in the pages');
   console.log(`console: every page rendered with real data; screenshots in ${SHOTS}: ` +
               fs.readdirSync(SHOTS).filter(f => f.endsWith('.png')).sort().join(' '));
@@ -276,4 +306,8 @@ try {
   if (browser) await browser.close();
   for (const s of servers) s.stop();
   receiver.close();
+  if (pgAdmin) {
+    await Promise.all(servers.map(s => new Promise(r => s.proc.exitCode !== null ? r() : s.proc.once('exit', r))));
+    execFileSync('psql', [pgAdmin, '-qc', `DROP DATABASE IF EXISTS ${clusterDb} WITH (FORCE)`]);
+  }
 }

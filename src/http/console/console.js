@@ -549,8 +549,9 @@ async function clusterPage() {
     h('h2', {}, 'Shard owners'),
     table(['Owner', 'Shards'], [...owners].map(([o, n]) => [o, n]), [1]),
     h('h2', {}, 'Leases'),
-    table(['Shard', 'Owner', 'Epoch', 'Expires', 'Live'], view.shards.map(s => [s.shard, s.owner || '-', s.epoch,
-      localTime(new Date(s.lease_expires_ms).toISOString()), s.live ? 'yes' : 'no']), [0, 2]));
+    h('details', {}, h('summary', {}, `Each shard's lease (${view.shards.length})`),
+      table(['Shard', 'Owner', 'Epoch', 'Expires', 'Live'], view.shards.map(s => [s.shard, s.owner || '-', s.epoch,
+        localTime(new Date(s.lease_expires_ms).toISOString()), s.live ? 'yes' : 'no']), [0, 2])));
   refreshIn(3000);
 }
 
