@@ -3,6 +3,7 @@
 // clear message, the documented code and nothing changed.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,16 +31,16 @@ class DelayctlTest : public ::testing::Test {
     dir_ = MakeTempDir("delayd-ctl");
     server_ = std::make_unique<DelaydServer>(dir_ + "/data", extra_);
   }
-  // Runs delayctl with `args` (stdin from `input`), DELAYD_SERVER set to the
-  // server; 30 s at most.
-  Outcome Ctl(const std::vector<std::string>& args, const std::string& input = "",
+  // Starts delayctl with `args` (stdin from `input`), DELAYD_SERVER set to
+  // the server; Finish waits for it.
+  pid_t Spawn(const std::vector<std::string>& args, const std::string& input = "",
               const std::vector<std::string>& env = {}) {
-    const std::string in = dir_ + "/in", out = dir_ + "/out", err = dir_ + "/err";
-    std::ofstream(in) << input;
+    std::ofstream(dir_ + "/in") << input;
     pid_t pid = fork();
     if (pid == 0) {
-      int i = open(in.c_str(), O_RDONLY), o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
-          e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int i = open((dir_ + "/in").c_str(), O_RDONLY),
+          o = open((dir_ + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
+          e = open((dir_ + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       dup2(i, 0), dup2(o, 1), dup2(e, 2);
       setenv("DELAYD_SERVER", ("http://127.0.0.1:" + std::to_string(server_->http_port())).c_str(),
              1);
@@ -51,6 +52,10 @@ class DelayctlTest : public ::testing::Test {
       execv(DELAYCTL_BIN, argv.data());
       _exit(127);
     }
+    return pid;
+  }
+  // Waits for delayctl `pid` to exit, 30 s at most: its code and output.
+  Outcome Finish(pid_t pid) {
     Outcome r;
     int status = 0;
     for (auto deadline = std::chrono::steady_clock::now() + 30s;;) {
@@ -64,9 +69,13 @@ class DelayctlTest : public ::testing::Test {
       std::this_thread::sleep_for(5ms);
     }
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = ReadFile(out);
-    r.err = ReadFile(err);
+    r.out = ReadFile(dir_ + "/out");
+    r.err = ReadFile(dir_ + "/err");
     return r;
+  }
+  Outcome Ctl(const std::vector<std::string>& args, const std::string& input = "",
+              const std::vector<std::string>& env = {}) {
+    return Finish(Spawn(args, input, env));
   }
   // Runs delayctl and expects exit code `rc`.
   Outcome Expect(int rc, const std::vector<std::string>& args, const std::string& input = "") {
@@ -289,6 +298,43 @@ TEST_F(DelayctlTest, BadInputIsRefusedWithItsExitCodeAndChangesNothing) {
   EXPECT_NE(conflict.err.find("HTTP 409"), std::string::npos) << conflict.err;
   Outcome down = Expect(6, {"--server", "http://127.0.0.1:1", "stats"});
   EXPECT_NE(down.err.find("no answer from the server"), std::string::npos) << down.err;
+}
+
+// Ctrl-C while delayctl follows a bulk operation stops the operation, which
+// ends after the chunk in flight. To catch it in flight, another session of
+// PostgreSQL holds the jobs table locked, so the first chunk's read waits.
+TEST_F(DelayctlTest, CtrlCDuringABulkStopsItAfterTheChunkInFlight) {
+  if (!DelaydServer::OnPostgres()) GTEST_SKIP() << "holds the operation up with a PostgreSQL lock";
+  std::string batch = "[";
+  for (int i = 0; i < 50; ++i) batch += std::string(i ? "," : "") + R"({"delay":"1h"})";
+  for (int i = 0; i < 12; ++i) {  // 600 jobs: a chunk of 500 and one of 100
+    ASSERT_EQ(HttpCall(server_->http_port(), "POST", "/v1/topics/slow/jobs", batch + "]").status,
+              201);
+  }
+  PGconn* locker = PQconnectdb(server_->store_uri().c_str());
+  ASSERT_EQ(PQstatus(locker), CONNECTION_OK) << PQerrorMessage(locker);
+  PGresult* r = PQexec(locker, "BEGIN; LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE");
+  ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(locker);
+  PQclear(r);
+
+  pid_t ctl = Spawn({"bulk", "cancel", "--topic", "slow"});
+  // Following the progress (its SIGINT handler set), the first read waiting.
+  ASSERT_TRUE(
+      WaitUntil([&] { return ReadFile(dir_ + "/err").find("running") != std::string::npos; }, 10s))
+      << ReadFile(dir_ + "/err");
+  ASSERT_EQ(kill(ctl, SIGINT), 0);
+  EXPECT_TRUE(WaitUntil([&] { return Api("GET", "/v1/bulk/1")["stop_asked"] == true; }, 10s))
+      << "delayctl asked the server to stop";
+  EXPECT_EQ(Api("GET", "/v1/bulk/1")["state"], "running") << "the chunk is still in flight";
+  r = PQexec(locker, "ROLLBACK");
+  PQclear(r);
+  PQfinish(locker);
+
+  Outcome done = Finish(ctl);
+  EXPECT_EQ(done.rc, 7) << "stopped: " << done.out << done.err;
+  EXPECT_EQ(FieldOf(done.out, "state"), "stopped") << done.out;
+  EXPECT_EQ(FieldOf(done.out, "applied"), "500") << done.out;
+  EXPECT_EQ(Count("slow"), 100u) << "the second chunk never ran";
 }
 
 class DelayctlTokenTest : public DelayctlTest {

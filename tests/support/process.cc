@@ -139,6 +139,8 @@ std::string MakeTempDir(const std::string& prefix) {
 
 bool DelaydServer::OnPostgres() { return std::getenv("DELAYD_TEST_PG_FILE") != nullptr; }
 
+std::string DelaydServer::store_uri() const { return db_ ? db_->uri() : store_uri_; }
+
 DelaydServer::DelaydServer(std::string data_dir, std::vector<std::string> extra,
                            std::vector<std::string> env)
     : data_dir_(std::move(data_dir)), extra_(std::move(extra)), env_(std::move(env)) {

@@ -81,6 +81,8 @@ class DelaydServer {
   const std::string& data_dir() const { return data_dir_; }
   // Whether this server keeps its jobs in PostgreSQL.
   static bool OnPostgres();
+  // The database it keeps its jobs in (a cluster node's too); "" on SQLite.
+  std::string store_uri() const;
   std::string log() const { return ReadFile(log_path_); }
 
  private:
