@@ -147,6 +147,10 @@ TEST_F(DelayctlTest, SubmitGetListAndTheOneJobActions) {
 
   Expect(0, {"run-now", std::to_string(id)});
   EXPECT_EQ(Api("GET", "/v1/jobs/" + std::to_string(id))["state"], "ready");
+  Outcome bury = Expect(0, {"bury", std::to_string(id)});
+  EXPECT_EQ(bury.out, std::to_string(id) + ": buried\n");
+  EXPECT_EQ(Api("GET", "/v1/jobs/" + std::to_string(id))["state"], "buried");
+  Expect(0, {"kick", std::to_string(id)});
   Outcome cancel = Expect(0, {"cancel", std::to_string(id)});
   EXPECT_EQ(cancel.out, std::to_string(id) + ": cancelled\n");
   EXPECT_EQ(Count("orders"), 3u);
@@ -242,7 +246,7 @@ TEST_F(DelayctlTest, TopicsTimersStatsAndHealth) {
   EXPECT_NE(completion.out.find("\" bulk\") words=\"cancel retry kick run-now reschedule"),
             std::string::npos)
       << completion.out;
-  for (const char* cmd : {"submit", "get", "attempts", "list", "cancel", "retry", "run-now", "kick",
+  for (const char* cmd : {"submit", "get", "attempts", "list", "cancel", "retry", "run-now", "kick", "bury",
                           "bulk", "topics", "timers", "stats", "cluster", "health", "completion"}) {
     Outcome help = Expect(0, {cmd, "--help"});
     EXPECT_NE(help.out.find("Usage:"), std::string::npos) << cmd;

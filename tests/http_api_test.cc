@@ -107,6 +107,34 @@ TEST_F(HttpApiTest, ModifyAndDeleteDelayedJobs) {
   EXPECT_EQ(Call("DELETE", path).status, 404);
 }
 
+// An operator parks a job nobody holds as buried (bury without a lease):
+// durable, a dead letter until kicked or retried; a held job is its
+// holder's to bury.
+TEST_F(HttpApiTest, AnOperatorBuriesAReadyOrDelayedJobWithoutALease) {
+  json delayed = Ok("POST", "/v1/topics/park/jobs", {{"delay", "1h"}, {"body", 1}}, 201);
+  json ready = Ok("POST", "/v1/topics/park/jobs", {{"body", 2}}, 201);
+  const std::string d = "/v1/jobs/" + std::to_string(delayed["id"].get<uint64_t>());
+  const std::string r = "/v1/jobs/" + std::to_string(ready["id"].get<uint64_t>());
+  EXPECT_EQ(Ok("POST", d + "/bury", json::object())["state"], "buried");
+  json b = Ok("POST", r + "/bury", {{"priority", 7}});
+  EXPECT_EQ(b["state"], "buried");
+  EXPECT_EQ(b["priority"], 7);
+  EXPECT_EQ(Call("POST", r + "/bury", "{}").status, 409) << "already buried";
+  EXPECT_EQ(Call("POST", "/v1/jobs/999999/bury", "{}").status, 404);
+  server_->Restart();
+  EXPECT_EQ(Ok("GET", d)["state"], "buried") << "durable";
+  EXPECT_EQ(Ok("GET", "/v1/topics/park")["counts"]["buried"], 2);
+  EXPECT_EQ(Ok("POST", d + "/kick")["state"], "ready");
+  // A job a beanstalk consumer holds is the consumer's to bury.
+  Client bs(server_->port());
+  bs.Cmd("watch park");
+  EXPECT_EQ(bs.Cmd("reserve-with-timeout 1")
+                .rfind("RESERVED " + std::to_string(delayed["id"].get<uint64_t>()), 0),
+            0u);
+  EXPECT_EQ(Call("POST", d + "/bury", "{}").status, 409);
+  EXPECT_EQ(bs.Cmd("bury " + std::to_string(delayed["id"].get<uint64_t>()) + " 1"), "BURIED\r\n");
+}
+
 TEST_F(HttpApiTest, AReservedJobCannotBeModifiedOrDeleted) {
   json a = Ok("POST", "/v1/topics/t/jobs", {{"body", 1}}, 201);
   const std::string path = "/v1/jobs/" + std::to_string(a["id"].get<uint64_t>());

@@ -483,6 +483,24 @@ void Engine::RunNow(uint64_t id, Done done) {
       });
 }
 
+void Engine::BuryJob(uint64_t id, std::optional<uint32_t> priority, Done done) {
+  FindOrLoad(
+      id,
+      [holder = http_holder_](const Job& j) {
+        return j.state == JobState::kDelayed || j.state == JobState::kReady ||
+               (j.state == JobState::kReserved && j.reserver == holder);
+      },
+      [this, priority, done = std::move(done)](Result<Job*> found) mutable {
+        if (!found.ok()) return done(found.status());
+        Job* j = found.value();
+        // Held over HTTP: bury without a lease has always buried it.
+        if (j->state == JobState::kReserved) {
+          return BuryHeld(j, priority.value_or(j->priority), std::move(done));
+        }
+        Park(j, priority.value_or(j->priority), std::move(done));
+      });
+}
+
 void Engine::Retry(uint64_t id, Done done) {
   // Buried jobs are in memory on one node, rows in cluster mode.
   auto retry = [this, done = std::move(done)](Result<Job*> found) mutable {

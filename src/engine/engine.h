@@ -252,6 +252,10 @@ class Engine {
   void RunNow(uint64_t id, Done done);
   // A buried job (dead letter) becomes ready with a fresh attempt budget.
   void Retry(uint64_t id, Done done);
+  // An operator parks a ready or delayed job as buried (kick or retry bring
+  // it back); a job reserved over HTTP is buried as its holder would.
+  // kConflict for one a beanstalk consumer or the dispatcher holds.
+  void BuryJob(uint64_t id, std::optional<uint32_t> priority, Done done);
   // Pull over HTTP: the reservation `c` won moves to the HTTP holder, which
   // keeps it until settled or its ttr runs out.
   Result<JobInfo> AdoptReservation(Client* c, uint64_t id);
@@ -355,6 +359,8 @@ class Engine {
   void Requeue(Job* j, uint32_t priority, int64_t delay_ms, Done done);
   // reserved -> buried.
   void BuryHeld(Job* j, uint32_t priority, Done done);
+  // ready or delayed -> buried, by an operator.
+  void Park(Job* j, uint32_t priority, Done done);
   // buried or delayed -> ready; `fresh_budget` also restarts its attempts
   // (a dead letter retried).
   void KickOne(Job* j, bool fresh_budget, Done done);

@@ -1123,17 +1123,22 @@ TEST_F(EngineDurabilityTest, ChangesThatCreateOrKeepWorkAreSyncedBeforeTheirRepl
   const uint64_t a = Put("a");
   const uint64_t b = Put("b");
   const uint64_t c = Put("c");
+  const uint64_t parked = Put("p");
   ASSERT_EQ(Reserve(), a);
   ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Bury(c_, a, 5, d); }).ok());
-  // A kick, a cancel of a job nobody holds, a pause: each is synced, and a
-  // sync covers the written changes before it (the bury).
+  // A kick, an operator's bury, a cancel of a job nobody holds, a pause:
+  // each is synced, and a sync covers the written changes before it (the
+  // consumer's bury).
   ASSERT_EQ(Await([&](Engine::Done d) {
               engine_->Kick(c_, 1, [d](Result<uint64_t> n) { d(n.status()); });
             }).code(),
             StatusCode::kOk);
   ASSERT_TRUE(Await([&](Engine::Done d) { engine_->Delete(c_, b, d); }).ok());
   ASSERT_TRUE(Await([&](Engine::Done d) { engine_->PauseTube("default", 60'000, d); }).ok());
+  // Last, so that no later sync covers it.
+  ASSERT_TRUE(Await([&](Engine::Done d) { engine_->BuryJob(parked, std::nullopt, d); }).ok());
   Restart(/*power_cut=*/true);
+  EXPECT_EQ(StateOf(parked), "buried");
   EXPECT_EQ(StateOf(a), "ready");
   EXPECT_EQ(GetJob(a)->record.counters.kicks, 1u);
   EXPECT_EQ(GetJob(a)->record.counters.buries, 1u);

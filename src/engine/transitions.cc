@@ -194,6 +194,15 @@ void Engine::BuryHeld(Job* j, uint32_t priority, Done done) {
   Write(j, Mutation::Update(Record(*j)).Written(), std::move(done));
 }
 
+void Engine::Park(Job* j, uint32_t priority, Done done) {
+  Detach(j);
+  j->priority = priority;
+  ++j->counters.buries;
+  MakeBuried(j);
+  // Synced: parked so that it does not run, it must not come back to.
+  Write(j, Mutation::Update(Record(*j)), std::move(done));
+}
+
 void Engine::KickOne(Job* j, bool fresh_budget, Done done) {
   Detach(j);
   ++j->counters.kicks;

@@ -599,6 +599,14 @@ void Api::Settle(Call& c, engine::Engine::Settle how) {
       return c.reply(ProblemResponse(Status::InvalidField(k, "unknown field")));
     }
   }
+  if (how == engine::Engine::Settle::kBury && lease == 0) {
+    // No lease: an operator's bury (of a job nobody holds, or held over HTTP).
+    return engine_.BuryJob(*id, priority,
+                           [this, id = *id, reply = std::move(c.reply)](const Status& s) {
+                             if (!s.ok()) return reply(ProblemResponse(s));
+                             ReplyJob(reply, id);
+                           });
+  }
   engine_.SettleHttp(*id, lease, how, priority, delay_ms,
                      [this, id = *id, how, reply = std::move(c.reply)](const Status& s) {
                        if (!s.ok()) return reply(ProblemResponse(s));

@@ -170,6 +170,16 @@ try {
   assert.equal(await page.locator('tbody tr').count(), 1, page.url() + await page.locator('main').innerText());
   assert.doesNotMatch(await page.locator('main').innerText(), /^(null|undefined)$/m);
   await shot(page, 'jobs-by-body');
+  // An operator parks a delayed job (bury) and brings it back (kick).
+  const o3 = (await d.api('GET', '/v1/topics/orders/keys/order-3')).json;
+  await page.goto(`${d.base}/#/jobs/${o3.id}`);
+  await heading(page, `Job ${o3.id}`);
+  await page.getByRole('button', { name: 'Bury' }).click();
+  await page.getByText('Bury: done.').waitFor();
+  assert.equal((await d.api('GET', `/v1/jobs/${o3.id}`)).json.state, 'buried');
+  await page.getByRole('button', { name: 'Kick' }).click();
+  await page.getByText('Kick: done.').waitFor();
+  assert.equal((await d.api('GET', `/v1/jobs/${o3.id}`)).json.state, 'ready');
 
   // Dead letters: grouped by error; a bulk retry of the 410s completes.
   // The groups are read from the store, which may be a commit behind the counts.

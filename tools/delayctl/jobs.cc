@@ -1,4 +1,4 @@
-// Job commands: submit, get, attempts, list, cancel, retry, run-now, kick,
+// Job commands: submit, get, attempts, list, cancel, retry, run-now, kick, bury,
 // and bulk operations (which follow their progress until they end).
 #include <charconv>
 #include <csignal>
@@ -339,6 +339,8 @@ void AddJobCommands(CLI::App& app, Globals& g) {
        "retried"},
       {"run-now", "Make delayed jobs ready now", "POST", "run-now", "made ready"},
       {"kick", "Make buried or delayed jobs ready", "POST", "kick", "kicked"},
+      {"bury", "Park ready or delayed jobs as buried (kick or retry bring them back)", "POST",
+       "bury", "buried"},
   };
   for (const One& one : kOne) {
     auto* c = app.add_subcommand(one.name, one.help);

@@ -361,6 +361,7 @@ async function jobPage(id, at = location.hash) {
       j.state === 'delayed' ? act('Run now', 'POST', 'run-now', {}) : null,
       j.state === 'buried' ? act('Retry', 'POST', 'retry', {}) : null,
       ['buried', 'delayed'].includes(j.state) ? act('Kick', 'POST', 'kick', {}) : null,
+      ['ready', 'delayed'].includes(j.state) ? act('Bury', 'POST', 'bury', {}) : null,
       j.state !== 'reserved' ? act('Delete', 'DELETE', '') : null),
     out,
     j.state === 'reserved' || j.state === 'done' ? null : h('form', {class: 'act', onsubmit: async e => {
