@@ -398,7 +398,20 @@ TEST(ClusterChaosTest, NoAcknowledgedJobIsLostWhileNodesDieStallAndComeAndGo) {
     }
   }
   for (uint64_t id : pushed) {
-    if (!deliveries.count(id) || !done_at.count(id)) ++undelivered;
+    if (deliveries.count(id) && done_at.count(id)) continue;
+    if (++undelivered > 10) continue;
+    std::string row;
+    for (const auto& r : Query(db.uri(),
+                               "SELECT state, shard, due_ms, done_ms, ver, reserves, "
+                               "coalesce(reserved_by, ''), coalesce(last_error, '') "
+                               "FROM jobs WHERE id=" +
+                                   std::to_string(id))) {
+      for (const auto& v : r) row += v + " ";
+    }
+    ADD_FAILURE() << "acknowledged push job " << id << " delivered "
+                  << (deliveries.count(id) ? deliveries[id].size() : 0) << " times; its row "
+                  << "(state shard due done ver reserves reserved_by last_error): "
+                  << (row.empty() ? "none" : row);
   }
   EXPECT_EQ(undelivered, 0u) << "acknowledged push jobs never delivered, or not done";
   EXPECT_GT(pushed.size(), 50u) << "the push load did not run";

@@ -124,8 +124,11 @@ class Engine {
   // its dispatcher's (TakePush claims them).
   void SetOwnedShards(std::vector<int> shards);
   // Cluster mode, at shutdown: push jobs claimed for the dispatcher and not
-  // yet taken go back to ready, for the shards' next owners.
+  // yet taken go back to ready, for the shards' next owners. Call once no
+  // claim is in flight (PushClaimsInFlight), or its jobs stay claimed until
+  // their ttr runs out.
   void ReturnClaimed();
+  size_t PushClaimsInFlight() const;
 
   // Records submissions, fires and fire lateness in `metrics`, which must
   // outlive the engine. Call before Recover.

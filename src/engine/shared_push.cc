@@ -120,6 +120,11 @@ void Engine::RetryPush() {
   for (const std::string& topic : topics) EmitPushReady(topic);
 }
 
+size_t Engine::PushClaimsInFlight() const {
+  return static_cast<size_t>(std::count_if(push_claims_.begin(), push_claims_.end(),
+                                           [](const auto& pc) { return pc.second.claiming; }));
+}
+
 void Engine::ReturnClaimed() {
   std::vector<Job*> claimed;
   for (auto& [id, j] : jobs_) {

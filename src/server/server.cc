@@ -323,10 +323,13 @@ void Server::Shutdown() {
 }
 
 void Server::WaitForQuiet(int attempts_left) {
-  // Deliveries in flight record their outcomes before the store closes.
+  // Deliveries in flight record their outcomes before the store closes; push
+  // claims in flight are answered, so that ReturnClaimed sees their jobs
+  // (else they stay claimed by this node until their ttr runs out).
   const size_t busy = listener_->BusySessions() +
                       (http_server_ ? http_server_->busy_connections() : 0) +
-                      (dispatcher_ ? dispatcher_->stats().in_flight : 0);
+                      (dispatcher_ ? dispatcher_->stats().in_flight : 0) +
+                      (engine_->clustered() ? engine_->PushClaimsInFlight() : 0);
   if (busy > 0 && attempts_left > 0) {
     shutdown_timer_.expires_after(std::chrono::milliseconds(kDrainPollMs));
     shutdown_timer_.async_wait(
