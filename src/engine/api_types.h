@@ -79,7 +79,6 @@ inline constexpr size_t kBodyScanRowBytes = 256;
 struct Forecast {
   int64_t from_ms = 0;
   std::vector<uint64_t> counts;
-  bool from_memory = false;  // counted in memory now, not read from the store
 };
 
 struct ListPage {

@@ -377,8 +377,9 @@ class Engine {
   JobView View(const Job& j) const { return {j.id, j.body}; }
   void MakeReady(Job* j);
   void MakeDelayed(Job* j);
-  // Counts `delta` delayed jobs of `t` due in `hour` (both of the forecast's
-  // counts); every change of a tube's delayed set or far_delayed comes with one.
+  // Counts `delta` delayed jobs of `t` due in `hour` (Tube::due_hours, the
+  // forecast's counts); every change of a tube's delayed set or far_delayed
+  // comes with one.
   void CountDue(Tube* t, int64_t hour, int64_t delta);
   void MakeBuried(Job* j);  // REQUIRES: detached from its previous state
   // A job stored as delayed, whose write was just answered: ready if its
@@ -567,8 +568,6 @@ class Engine {
 
   // The jobs that left memory while reads aside were in flight.
   store::StaleReads left_;
-
-  DueHours due_hours_;  // every tube's delayed jobs per due hour
 
   // The loader: every delayed job due in minutes <= loaded_minute_ is in
   // memory (or pinned by a pending write); later ones only in the store.

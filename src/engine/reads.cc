@@ -450,15 +450,15 @@ void Engine::DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<s
   Forecast f;
   f.from_ms = from_minute * store::kMillisPerMinute;
   if (ForecastInMemory(bucket_minutes)) {
-    f.from_memory = true;
     f.counts.assign(buckets, 0);
-    const Tube* t = topic ? FindTube(*topic) : nullptr;
-    if (topic && t == nullptr) return done(std::move(f));
-    const DueHours& counts = t ? t->due_hours : due_hours_;
     const int64_t first = from_minute / 60, width = bucket_minutes / 60;
     const int64_t end = first + width * static_cast<int64_t>(buckets);
-    for (auto it = counts.lower_bound(first); it != counts.end() && it->first < end; ++it) {
-      f.counts[static_cast<size_t>((it->first - first) / width)] += it->second;
+    for (const auto& t : tubes_) {
+      if (topic && t->name != *topic) continue;
+      const DueHours& counts = t->due_hours;
+      for (auto it = counts.lower_bound(first); it != counts.end() && it->first < end; ++it) {
+        f.counts[static_cast<size_t>((it->first - first) / width)] += it->second;
+      }
     }
     return done(std::move(f));
   }

@@ -56,12 +56,10 @@ void Engine::MakeDelayed(Job* j) {
 }
 
 void Engine::CountDue(Tube* t, int64_t hour, int64_t delta) {
-  for (DueHours* counts : {&t->due_hours, &due_hours_}) {
-    uint64_t& n = (*counts)[hour];
-    // As far_delayed, never below zero.
-    n = delta < 0 && n < static_cast<uint64_t>(-delta) ? 0 : n + static_cast<uint64_t>(delta);
-    if (n == 0) counts->erase(hour);
-  }
+  uint64_t& n = t->due_hours[hour];
+  // As far_delayed, never below zero.
+  n = delta < 0 && n < static_cast<uint64_t>(-delta) ? 0 : n + static_cast<uint64_t>(delta);
+  if (n == 0) t->due_hours.erase(hour);
 }
 
 void Engine::PlaceDelayed(Job* j) {
