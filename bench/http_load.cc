@@ -373,9 +373,10 @@ Lateness Measure(const std::vector<FastReceiver::Hit>& hits) {
 void PutTopic(int port, const std::string& topic, const std::string& settings) {
   int fd = Connect(port);
   std::string buf;
-  std::string req = "PUT /v1/topics/" + topic +
-                    " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(settings.size()) +
-                    "\r\n\r\n" + settings;
+  std::string req =
+      "PUT /v1/topics/" + topic +
+      " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+      std::to_string(settings.size()) + "\r\n\r\n" + settings;
   send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   char tmp[4096];
   recv(fd, tmp, sizeof tmp, 0);
@@ -424,8 +425,8 @@ int main(int argc, char** argv) {
     const long from = Arg(argc, argv, "--from", 0);
     double rate = Post(port, "/v1/topics/orders/jobs", jobs, 1000, 2, [from](long i) {
       const long n = from + i;
-      return "{\"key\":\"order-" + std::to_string(n) + "\",\"delay\":" +
-             std::to_string(7'200'000 + (n * 7919) % 2'584'800'000L) +
+      return "{\"key\":\"order-" + std::to_string(n) +
+             "\",\"delay\":" + std::to_string(7'200'000 + (n * 7919) % 2'584'800'000L) +
              ",\"body\":{\"order\":" + std::to_string(n) + "}}";
     });
     printf("fill jobs=%ld jobs_per_s=%.0f\n", jobs, rate);

@@ -35,7 +35,8 @@ struct Core {
   Core() { spdlog::set_level(spdlog::level::off); }  // no log line per input
   // Opens the store at ScratchDir()/delayd.db as it is (a target may have
   // written the file first) and recovers the engine from it.
-  Status Open() {
+  // `rows`: recover from these instead of the file (FlakyStore::recovered).
+  Status Open(std::optional<store::Recovered> rows = std::nullopt) {
     auto s = store::SqliteStore::Open(
         {.path = (ScratchDir() / "delayd.db").string(), .writer_nice = 0},
         [this](std::function<void()> f) { boost::asio::post(io, std::move(f)); });
@@ -43,6 +44,7 @@ struct Core {
     store = std::move(s).value();
     writes = std::make_unique<store::testing::FlakyStore>(
         *store, [this](std::function<void()> f) { boost::asio::post(io, std::move(f)); });
+    writes->recovered = std::move(rows);
     engine =
         std::make_unique<engine::Engine>(*writes, clock, engine::EngineOptions{}, [](int64_t) {});
     return engine->Recover();

@@ -246,8 +246,9 @@ TEST_F(DelayctlTest, TopicsTimersStatsAndHealth) {
   EXPECT_NE(completion.out.find("\" bulk\") words=\"cancel retry kick run-now reschedule"),
             std::string::npos)
       << completion.out;
-  for (const char* cmd : {"submit", "get", "attempts", "list", "cancel", "retry", "run-now", "kick", "bury",
-                          "bulk", "topics", "timers", "stats", "cluster", "health", "completion"}) {
+  for (const char* cmd :
+       {"submit", "get", "attempts", "list", "cancel", "retry", "run-now", "kick", "bury", "bulk",
+        "topics", "timers", "stats", "cluster", "health", "completion"}) {
     Outcome help = Expect(0, {cmd, "--help"});
     EXPECT_NE(help.out.find("Usage:"), std::string::npos) << cmd;
   }
@@ -358,6 +359,43 @@ TEST_F(DelayctlTokenTest, TheTokenComesFromTheEnvironmentAndAWrongOneExitsFive) 
   EXPECT_EQ(Ctl({"--token", "s3cret", "stats"}).rc, 0);
   Outcome sub = Ctl({"submit", "t", "--body", "1"}, "", {"DELAYD_TOKEN=s3cret"});
   EXPECT_EQ(sub.rc, 0) << sub.err;
+}
+
+// A server that is not delayd (a web server on the wrong port, a proxy's
+// error page, another JSON API): delayctl says so and exits 6; it never
+// prints a value it did not get.
+TEST_F(DelayctlTest, AServerThatIsNotDelaydIsNamedAndExitsSix) {
+  Receiver html([](const Received&, int) {
+    Answer a(200, {"Content-Type: text/html"});
+    a.body = "<html><body>welcome</body></html>";
+    return a;
+  });
+  Receiver other_json([](const Received&, int) {
+    Answer a(200, {"Content-Type: application/json"});
+    a.body = R"({"hello":"world","jobs":"none"})";
+    return a;
+  });
+  Receiver empty([](const Received&, int) {
+    Answer a(200, {"Content-Type: application/json"});
+    a.body = "";
+    return a;
+  });
+  for (const Receiver* stranger : {&html, &other_json, &empty}) {
+    const std::string server = "http://127.0.0.1:" + std::to_string(stranger->port());
+    for (const std::vector<std::string>& cmd :
+         std::vector<std::vector<std::string>>{{"stats"}, {"get", "1"}, {"health"}, {"topics"}}) {
+      std::vector<std::string> args = {"--server", server};
+      args.insert(args.end(), cmd.begin(), cmd.end());
+      Outcome r = Ctl(args);
+      EXPECT_EQ(r.rc, 6) << cmd[0] << " against " << server << "\nstdout: " << r.out
+                         << "\nstderr: " << r.err;
+      EXPECT_EQ(r.out, "") << cmd[0];
+      EXPECT_NE(r.err.find(server), std::string::npos) << cmd[0] << ": " << r.err;
+    }
+  }
+  // The real server still passes every check.
+  Expect(0, {"stats"});
+  Expect(0, {"health"});
 }
 
 }  // namespace

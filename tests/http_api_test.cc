@@ -310,14 +310,10 @@ TEST_F(HttpApiTest, OneEngineTwoFrontDoors) {
 
 TEST_F(HttpApiTest, ALongPollWhoseClientHangsUpLeavesTheJobToOthers) {
   auto waiting = [&] { return Ok("GET", "/v1/stats")["waiting_consumers"].get<int>(); };
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server_->http_port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  int fd = ConnectLoopback(server_->http_port());
+  ASSERT_GE(fd, 0);
   const std::string req =
-      "POST /v1/topics/hup/reserve?timeout_ms=30000 HTTP/1.1\r\nHost: x\r\n"
+      "POST /v1/topics/hup/reserve?timeout_ms=30000 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
       "Content-Length: 0\r\n\r\n";
   ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
   ASSERT_TRUE(WaitUntil([&] { return waiting() == 1; }, 5s)) << "the long poll never waited";

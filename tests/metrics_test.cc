@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <set>
 
 #include "support/client.h"
 #include "support/http.h"
@@ -199,6 +200,39 @@ TEST(MetricsTest, MetricsAreOpenUnlessMetricsAuthAsksForTheToken) {
   EXPECT_FALSE(Parse(ok.body).empty());
   // Readiness stays open: a load balancer's probe has no token.
   EXPECT_EQ(HttpCall(closed.http_port(), "GET", "/readyz").status, 200);
+}
+
+// Finding 8: the page stays bounded however many topics there are: series
+// of their own for the --metrics-topics largest backlogs, the rest summed
+// under topic="_other", with the same totals.
+TEST(MetricsTest, PerTopicSeriesAreBoundedAndTheRestSummed) {
+  DelaydServer server(MakeTempDir("delayd-metrics"), {"--metrics-topics", "3"});
+  const int http = server.http_port();
+  uint64_t total = 0;
+  for (int t = 0; t < 40; ++t) {
+    json batch = json::array();
+    for (int i = 0; i <= t % 7; ++i) batch.push_back({{"delay", "1h"}, {"body", i}});
+    total += batch.size();
+    HttpReply r =
+        HttpCall(http, "POST", "/v1/topics/t" + std::to_string(t) + "/jobs", batch.dump());
+    ASSERT_EQ(r.status, 201) << r.body;
+  }
+  const std::vector<Sample> page = Scrape(http);
+  std::set<std::string> topics;
+  double delayed = 0, submitted = 0;
+  for (const Sample& s : page) {
+    if (s.labels.count("topic")) topics.insert(s.labels.at("topic"));
+    if (s.name == "delayd_jobs" && s.labels.at("state") == "delayed") delayed += s.value;
+    if (s.name == "delayd_jobs_submitted_total") submitted += s.value;
+  }
+  EXPECT_EQ(topics.size(), 4u) << "three topics and _other";
+  EXPECT_EQ(topics.count("_other"), 1u);
+  // The three largest backlogs (7 jobs: t6, t13, t20, ... the first by name).
+  for (const char* big : {"t13", "t20", "t27"}) EXPECT_EQ(topics.count(big), 1u) << big;
+  EXPECT_EQ(delayed, static_cast<double>(total));
+  EXPECT_EQ(submitted, static_cast<double>(total));
+  EXPECT_EQ(Value(page, "delayd_topics", {{"shown", "true"}}), 3);
+  EXPECT_EQ(Value(page, "delayd_topics", {{"shown", "false"}}), 38) << "40 topics and default";
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "common/json_text.h"
 
 #include <charconv>
+#include <set>
 
 namespace delayd {
 namespace {
@@ -128,9 +129,54 @@ Result<json> ParseJson(std::string_view text, const std::string& field) {
       f.object ? void(f.expect_key = true) : void(++f.index);
     }
   }
-  json j = IsJsonText(text) ? json::parse(text.begin(), text.end(), nullptr, false)
+  // Each object's member names so far, to refuse a name given twice: RFC
+  // 8259 leaves such a document's meaning open, and a proxy that reads the
+  // first would see another request than delayd, which would keep the last.
+  struct Open {
+    bool object;
+    std::string key;  // the member being read
+    std::set<std::string> keys;
+  };
+  std::vector<Open> open;
+  std::optional<std::string> duplicate;
+  json::parser_callback_t track = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        open.push_back({true, {}, {}});
+        break;
+      case json::parse_event_t::array_start:
+        open.push_back({false, {}, {}});
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!open.empty()) open.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!open.empty() && open.back().object) {
+          std::string name = parsed.get<std::string>();
+          if (!open.back().keys.insert(name).second && !duplicate) {
+            std::string path;
+            for (const Open& o : open) {
+              if (&o == &open.back()) break;
+              if (o.object) path += o.key + ".";
+            }
+            duplicate = path + name;
+          }
+          open.back().key = std::move(name);
+        }
+        break;
+      case json::parse_event_t::value:
+        break;
+    }
+    return true;
+  };
+  json j = IsJsonText(text) ? json::parse(text.begin(), text.end(), track, false)
                             : json(json::value_t::discarded);
   if (j.is_discarded()) return Status::InvalidField(field, "is not valid JSON");
+  if (duplicate) {
+    return Status::InvalidField(field == "body" ? *duplicate : field + "." + *duplicate,
+                                "is given twice; each member of an object may appear once");
+  }
   return j;
 }
 

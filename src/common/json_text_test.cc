@@ -64,13 +64,30 @@ TEST(JsonTextTest, MemberTextIsTheSourceTextExactly) {
 TEST(JsonTextTest, MemberTextHandlesEscapesAndRepeatedKeys) {
   const std::string text =
       R"({"b\u006fdy":"first","x":"a \"}\" ] [","body":["}",{"q":"\\"}],"y":true})";
-  ASSERT_TRUE(ParseJson(text).ok());
-  // nlohmann keeps the last of repeated keys; so does the text view.
+  // ParseJson refuses a repeated key; the text view, given one anyway,
+  // reads the last, as nlohmann would.
+  EXPECT_EQ(ParseJson(text).status().field(), "body");
   EXPECT_EQ(JsonMemberText(text, "body"), R"(["}",{"q":"\\"}])");
   EXPECT_EQ(JsonMemberText(text, "x"), R"("a \"}\" ] [")");
   EXPECT_EQ(JsonMemberText(text, "y"), "true");
   const std::string only_escaped = R"({"b\u006fdy":7})";
   EXPECT_EQ(JsonMemberText(only_escaped, "body"), "7");
+}
+
+TEST(JsonTextTest, AMemberGivenTwiceIsRefusedNamingIt) {
+  EXPECT_TRUE(ParseJson(R"({"a":1,"b":{"a":2},"c":[{"a":3},{"a":4}]})").ok());
+  for (auto [text, field] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"delay":1,"delay":2})", "delay"},
+           {R"({"target":{"url":"x","headers":{},"url":"y"}})", "target.url"},
+           {R"([{"a":1},{"a":1,"a":1}])", "a"},
+           {R"({"key":1,"key":2})", "key"},
+           {R"({"body":{"x":{"y":1,"y":2}}})", "body.x.y"}}) {
+    Result<nlohmann::json> r = ParseJson(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().field(), field) << text;
+    EXPECT_NE(r.status().message().find("twice"), std::string::npos);
+  }
+  EXPECT_EQ(ParseJson(R"({"a":1,"a":2})", "definition").status().field(), "definition.a");
 }
 
 TEST(JsonTextTest, ElementTextsOfAnArray) {

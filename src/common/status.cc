@@ -28,6 +28,9 @@ std::string Status::ToString() const {
     case StatusCode::kInternal:
       name = "INTERNAL";
       break;
+    case StatusCode::kUnknown:
+      name = "UNKNOWN_OUTCOME";
+      break;
   }
   return std::string(name) + ": " + message_;
 }

@@ -22,6 +22,10 @@ enum class StatusCode {
   kUnavailable,  // shutting down or draining: the client may retry later
   kConflict,     // the job exists but its state forbids the operation (reserved, not buried...)
   kInternal,
+  // A write whose outcome could not be learned: the store's connection broke
+  // with its commit in flight, and the store could not find out in time
+  // whether it was kept. field() lists the ids of the jobs concerned.
+  kUnknown,
 };
 
 class [[nodiscard]] Status {
@@ -39,6 +43,13 @@ class [[nodiscard]] Status {
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status Conflict(std::string m) { return {StatusCode::kConflict, std::move(m)}; }
+  // kUnknown; `ids` ("12,13") are the jobs a client should look up before
+  // it submits them again.
+  static Status Unknown(std::string m, std::string ids = "") {
+    Status s(StatusCode::kUnknown, std::move(m));
+    s.field_ = std::move(ids);
+    return s;
+  }
   // Bad input in one named field of a request ("retry.max_attempts").
   static Status InvalidField(std::string field, std::string m) {
     Status s(StatusCode::kInvalidArgument, std::move(m));
@@ -56,8 +67,8 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
-  // The offending input field of a kInvalidArgument or kConflict status;
-  // empty if none.
+  // The offending input field of a kInvalidArgument or kConflict status,
+  // the job ids of a kUnknown one; empty if none.
   const std::string& field() const { return field_; }
   std::string ToString() const;
 

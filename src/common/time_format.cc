@@ -145,26 +145,34 @@ std::optional<int64_t> ParseRfc3339(std::string_view s) {
   if (sec == 60) sec = 59;  // a leap second: the epoch has none
   int64_t days = DaysFromCivil(y, static_cast<unsigned>(mo), static_cast<unsigned>(d));
   int64_t secs = days * 86400 + h * 3600 + mi * 60 + sec - offset_min * 60;
-  return secs * 1000 + frac_ms;
+  const int64_t ms = secs * 1000 + frac_ms;
+  if (ms < 0 || ms > kMaxTimeMs) return std::nullopt;
+  return ms;
 }
 
-std::optional<int64_t> ParseDurationMs(std::string_view s) {
+std::optional<int64_t> ParseDurationMs(std::string_view s, bool* overflow) {
+  // Exact integer arithmetic, every step checked: a double would round, and
+  // an unchecked product could wrap into the past.
   if (s.empty()) return std::nullopt;
-  double total = 0;
+  bool too_large = false;
+  int64_t total = 0;
   size_t pos = 0;
   while (pos < s.size()) {
-    size_t start = pos;
-    while (pos < s.size() && (std::isdigit(static_cast<unsigned char>(s[pos])) || s[pos] == '.')) {
-      ++pos;
+    const size_t start = pos;
+    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) ++pos;
+    std::string_view whole = s.substr(start, pos - start);
+    std::string_view frac;
+    if (pos < s.size() && s[pos] == '.') {
+      const size_t frac_start = ++pos;
+      while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) ++pos;
+      frac = s.substr(frac_start, pos - frac_start);
+      if (frac.empty()) return std::nullopt;
     }
-    if (pos == start) return std::nullopt;
-    double value = 0;
-    auto [end, ec] = std::from_chars(s.data() + start, s.data() + pos, value);
-    if (ec != std::errc() || end != s.data() + pos) return std::nullopt;
-    size_t unit_start = pos;
+    if (whole.empty() && frac.empty()) return std::nullopt;
+    const size_t unit_start = pos;
     while (pos < s.size() && std::isalpha(static_cast<unsigned char>(s[pos]))) ++pos;
-    std::string_view unit = s.substr(unit_start, pos - unit_start);
-    double scale;
+    const std::string_view unit = s.substr(unit_start, pos - unit_start);
+    int64_t scale;
     if (unit == "ms") {
       scale = 1;
     } else if (unit == "s") {
@@ -178,10 +186,35 @@ std::optional<int64_t> ParseDurationMs(std::string_view s) {
     } else {
       return std::nullopt;
     }
-    total += value * scale;
+    int64_t n = 0;
+    if (!whole.empty()) {
+      auto [end, ec] = std::from_chars(whole.data(), whole.data() + whole.size(), n);
+      if (ec == std::errc::result_out_of_range) {
+        too_large = true;
+        continue;
+      }
+      if (ec != std::errc() || end != whole.data() + whole.size()) return std::nullopt;
+    }
+    int64_t part;
+    if (__builtin_mul_overflow(n, scale, &part)) {
+      too_large = true;
+      continue;
+    }
+    // The fraction in whole ms, rounded half up; digits past the 9th cannot
+    // change it (the largest scale is 8.64e7 ms).
+    int64_t frac_num = 0, frac_den = 1;
+    for (size_t k = 0; k < frac.size() && k < 9; ++k) {
+      frac_num = frac_num * 10 + (frac[k] - '0');
+      frac_den *= 10;
+    }
+    part += (frac_num * scale + frac_den / 2) / frac_den;
+    if (__builtin_add_overflow(total, part, &total)) too_large = true;
   }
-  if (!(total < 9.2e18)) return std::nullopt;
-  return static_cast<int64_t>(std::llround(total));
+  if (too_large) {
+    if (overflow != nullptr) *overflow = true;
+    return std::nullopt;
+  }
+  return total;
 }
 
 std::optional<int64_t> ParseRetryAfterMs(std::string_view s, int64_t now_ms) {

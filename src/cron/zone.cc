@@ -1,5 +1,8 @@
 #include "cron/zone.h"
 
+#include <cctype>
+#include <string_view>
+
 namespace delayd::cron {
 namespace {
 
@@ -7,11 +10,37 @@ const absl::CivilSecond kLocalEpoch(1970, 1, 1, 0, 0, 0);
 
 }  // namespace
 
+namespace {
+// "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+5", "UTC": one
+// to three parts of [A-Za-z0-9_+-], each starting with a letter.
+bool IanaName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name.rfind("Fixed/", 0) == 0) return false;
+  size_t parts = 0;
+  size_t start = 0;
+  for (;;) {
+    const size_t slash = name.find('/', start);
+    const std::string_view part =
+        std::string_view(name).substr(start, slash == name.npos ? name.npos : slash - start);
+    if (part.empty() || !std::isalpha(static_cast<unsigned char>(part.front()))) return false;
+    for (char c : part) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '+') {
+        return false;
+      }
+    }
+    if (++parts > 3) return false;
+    if (slash == name.npos) return true;
+    start = slash + 1;
+  }
+}
+}  // namespace
+
 Result<Zone> Zone::Find(const std::string& name) {
   absl::TimeZone tz;
   // LoadTimeZone also accepts fixed offsets such as "Fixed/UTC+01:00", which
-  // are no IANA names; refuse what the zoneinfo directory does not hold.
-  if (name.empty() || name.rfind("Fixed/", 0) == 0 || !absl::LoadTimeZone(name, &tz)) {
+  // are no IANA names, and a file path ("/etc/localtime", "../../x"), which
+  // it reads from disk: only IANA names (or UTC), made of the letters,
+  // digits and punctuation the tz database uses, pass to it.
+  if (!IanaName(name) || !absl::LoadTimeZone(name, &tz)) {
     return Status::InvalidField("timezone", "unknown time zone '" + name +
                                                 "'; use an IANA name such as Europe/Berlin or UTC");
   }

@@ -82,8 +82,18 @@ TEST(ZoneTest, LocalTimesInGapsAndOverlaps) {
   EXPECT_EQ(ny.FromLocal(local("2040-07-01T12:00:00Z")).kind, Zone::Instant::Kind::kUnique);
 }
 
+TEST(ZoneTest, IanaNamesAreFound) {
+  for (const char* ok : {"UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+5",
+                         "Asia/Shanghai", "America/Port-au-Prince"}) {
+    EXPECT_TRUE(Zone::Find(ok).ok()) << ok;
+  }
+}
+
 TEST(ZoneTest, UnknownNamesAreRefused) {
-  for (const char* bad : {"", "Mars/Olympus_Mons", "Fixed/UTC+01:00", "../../etc/passwd"}) {
+  // A path would be read from disk: "/etc/localtime" is a real zone file.
+  for (const char* bad :
+       {"", "Mars/Olympus_Mons", "Fixed/UTC+01:00", "../../etc/passwd", "/etc/localtime",
+        "/usr/share/zoneinfo/UTC", "Europe//Berlin", "Europe/Berlin/", "./UTC", "Europe/../UTC"}) {
     Result<Zone> z = Zone::Find(bad);
     ASSERT_FALSE(z.ok()) << bad;
     EXPECT_EQ(z.status().field(), "timezone");

@@ -4,12 +4,14 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <spdlog/spdlog.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "common/header_rules.h"
 #include "common/json_dump.h"
 #include "common/time_format.h"
 #include "delivery/retry_policy.h"
@@ -170,10 +172,8 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
   req.method = target.method;
   req.url = target.url;
   req.timeout_ms = target.timeout_ms;
-  req.headers.push_back(lease.spec->encoding == engine::BodyEncoding::kJson
-                            ? "Content-Type: application/json"
-                            : "Content-Type: application/octet-stream");
-  for (const auto& [k, v] : target.headers) req.headers.push_back(k + ": " + v);
+  // delayd's own headers first, each once; then the job's, each checked
+  // again (a target stored before a rule was made may break it).
   req.headers.push_back("Delayd-Job-Id: " + std::to_string(lease.id));
   req.headers.push_back("Delayd-Topic: " + lease.topic);
   req.headers.push_back("Delayd-Attempt: " + std::to_string(lease.attempt));
@@ -189,10 +189,34 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
     req.headers.push_back("Delayd-Signature: " + Signature(settings->signing_secret,
                                                            clock_.WallMillis() / 1000, req.body));
   }
+  bool own_content_type = false;
+  std::string refused;
+  for (const auto& [k, v] : target.headers) {
+    if (std::string fault = TargetHeaderFault(k, v); !fault.empty() && refused.empty()) {
+      refused = "not sent: the target's header " + k.substr(0, 100) + " " + fault;
+    }
+    own_content_type = own_content_type || strcasecmp(k.c_str(), "Content-Type") == 0;
+  }
+  if (!own_content_type) {
+    req.headers.push_back(lease.spec->encoding == engine::BodyEncoding::kJson
+                              ? "Content-Type: application/json"
+                              : "Content-Type: application/octet-stream");
+  }
+  for (const auto& [k, v] : target.headers) req.headers.push_back(k + ": " + v);
   ++stats_.in_flight;
   ++topics_[lease.topic].in_flight;
   const int64_t started_ms = clock_.WallMillis();
   const int64_t sent_us = clock_.SteadyMicros();
+  if (!refused.empty()) {
+    // Never sent, never retried: a dead letter that says why.
+    boost::asio::post(io_, [this, lease = std::move(lease), started_ms, refused]() mutable {
+      OutResult r;
+      r.not_sent = true;
+      r.error = refused;
+      OnResult(lease, started_ms, std::move(r));
+    });
+    return;
+  }
   client_.Send(std::move(req), [this, lease = std::move(lease), started_ms, sent_us](OutResult r) {
     if (metrics_ != nullptr) {
       metrics_->delivery_duration.ObserveMicros(clock_.SteadyMicros() - sent_us);

@@ -41,6 +41,7 @@ struct OutResult {
   std::string error;        // transport error, or an excerpt of a failed response's body
   std::string retry_after;  // the Retry-After header, if any
   int64_t duration_ms = 0;
+  bool not_sent = false;  // delayd refused to send it (`error` says why): never retried
 };
 
 // What the dispatcher sends through: each request's result is reported once,

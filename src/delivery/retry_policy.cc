@@ -20,6 +20,11 @@ Decision Decide(const engine::RetryPolicy& p, const OutResult& r, uint32_t attem
                 int64_t created_ms, double rand01) {
   Decision d;
   if (r.status >= 200 && r.status < 300) return d;
+  if (r.not_sent) {
+    d.kind = Decision::Kind::kDead;
+    d.reason = "not retried";
+    return d;
+  }
   const bool retryable = r.status == 0 || r.status == 408 || r.status == 429 || r.status >= 500 ||
                          (p.retry_4xx && r.status >= 400);
   if (!retryable) {

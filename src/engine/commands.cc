@@ -41,7 +41,7 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
   r.tube = c->use->name;
   r.priority = priority;
   r.state = delay_ms > 0 ? StoredState::kDelayed : StoredState::kReady;
-  r.due_ms = due_us / 1000;
+  r.due_ms = CeilMs(due_us);
   r.delay_ms = delay_ms;
   r.ttr_ms = ttr_ms;
   r.created_ms = r.due_ms - delay_ms;
@@ -58,6 +58,12 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
   j->due_us = due_us;
   Write(j, Mutation::Insert(std::move(r)), [this, j, done = std::move(done)](const Status& s) {
     Publish(j, s);
+    // A put has no key, so a conflict is the store refusing a new job's id
+    // (a row that should not exist): a store failure, never beanstalk's
+    // NOT_FOUND.
+    if (s.code() == StatusCode::kConflict) {
+      return done(Status::Internal("the store refused a new job: " + s.message()));
+    }
     if (!s.ok()) return done(s);
     done(j->id);
   });
@@ -196,9 +202,9 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
     // A past time to run at is now; a delay ends at its microsecond.
     const int64_t due_us =
         n.run_at_ms ? std::max(*n.run_at_ms * 1000, now_us) : now_us + n.delay_ms * 1000;
-    r.run_at_ms = n.run_at_ms ? *n.run_at_ms : due_us / 1000;
-    r.due_ms = due_us / 1000;
-    r.delay_ms = r.due_ms - now_ms;
+    r.run_at_ms = n.run_at_ms ? *n.run_at_ms : CeilMs(due_us);
+    r.due_ms = CeilMs(due_us);
+    r.delay_ms = CeilMs(due_us - now_us);  // 0: ready now
     r.state = r.delay_ms > 0 ? StoredState::kDelayed : StoredState::kReady;
     r.ttr_ms = ttr_ms;
     r.created_ms = now_ms;
@@ -368,7 +374,9 @@ void Engine::KickTube(const std::string& name, uint64_t bound,
       for (const JobRecord& rec : far->first) {
         if (kicked.size() >= bound) break;
         // Skips jobs in memory now, or changed in memory since the read.
-        if (jobs_.count(rec.id) || LeftSince(rec.id, far->second) || !IsFar(rec)) continue;
+        if (jobs_.count(rec.id) || LeftSince(rec.id, far->second) || !IsFar(rec) || !Sound(rec)) {
+          continue;
+        }
         kicked.push_back(MaterializeFar(rec));
       }
     }

@@ -28,6 +28,7 @@ Engine::Engine(store::Store& store, const Clock& clock, EngineOptions options, W
       wheel_(NowTick()) {
   loader_timer_.kind = TimerKind::kLoader;
   push_retry_timer_.kind = TimerKind::kPushRetry;
+  in_doubt_timer_.kind = TimerKind::kInDoubt;
   FindOrMakeTube(kDefaultTube)->permanent = true;
   // Internal holders of reservations: they use and watch no tube, so they
   // never show in beanstalk stats, and never wait.

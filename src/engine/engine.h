@@ -216,6 +216,8 @@ class Engine {
   // From memory: every count on one node, this node's alone in cluster mode.
   Result<TubeStats> StatsTube(const std::string& name) const;
   EngineStats Stats() const;
+  // EngineStats::unsound_rows, without counting the jobs.
+  uint64_t unsound_rows() const { return unsound_rows_; }
 
   // --- the HTTP API ---
   // Submits jobs to one topic, all durable or none. Jobs whose key is taken
@@ -323,6 +325,10 @@ class Engine {
   void Schedule(EngineTimer& t, uint64_t tick);
   void Fire(EngineTimer* t);
   void ScheduleLoader();
+  // A new job whose insert answered kUnknown (Publish): kept pinned until
+  // ReadInDoubt learns whether the store has it.
+  void Doubt(Job* j);
+  void ReadInDoubt();
   void LoadStep();
   void Loaded(Result<std::vector<store::JobRecord>> rows, uint64_t since);
   // Drops a job from memory (deleted, or its next due time is beyond the
@@ -403,6 +409,10 @@ class Engine {
   // Whether the store's record `r` is of a delayed job beyond what memory
   // holds (and not yet being loaded).
   bool IsFar(const store::JobRecord& r) const;
+  // Whether a row read from the store may be placed in memory: it is sound
+  // (store::RecordFault) and its id is not in memory already. An unsound row
+  // is logged and counted (EngineStats::unsound_rows), and left in the store.
+  bool Sound(const store::JobRecord& r);
   // The store's record of `id` when it is such a job; nullopt otherwise, and
   // for a job in memory by the time the read is answered.
   void ReadFar(uint64_t id, Reply<std::optional<store::JobRecord>> done);
@@ -545,6 +555,7 @@ class Engine {
   std::unordered_map<std::string, Tube*> tube_index_;
   std::vector<std::unique_ptr<Client>> clients_;
   uint64_t next_id_ = 1;
+  uint64_t unsound_rows_ = 0;  // rows Sound() left out
   uint64_t bury_seq_ = 0;
   uint64_t total_jobs_ = 0;
   uint64_t job_timeouts_ = 0;
@@ -575,6 +586,12 @@ class Engine {
   uint64_t load_cursor_ = 0;  // last id read of loaded_minute_
   bool load_done_ = true;     // loaded_minute_ fully read
   EngineTimer loader_timer_;
+  // New jobs whose insert's outcome the store could not learn (kUnknown):
+  // pinned in memory, unseen, until a read of the store tells whether they
+  // were kept; read again every second while the store does not answer.
+  std::set<uint64_t> in_doubt_;
+  EngineTimer in_doubt_timer_;
+  bool reading_in_doubt_ = false;
   bool loading_ = false;       // a read of the loader is in flight
   bool load_failing_ = false;  // the last read failed (logged once until one succeeds)
 };

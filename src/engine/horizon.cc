@@ -20,6 +20,7 @@ Status Engine::Recover() {
   loaded_minute_ = horizon_minute;
   load_done_ = true;
   for (const JobRecord& rec : r->jobs) {
+    if (!Sound(rec)) continue;
     Job* j = AddJob(rec, JobState::kReady);
     switch (rec.state) {
       case StoredState::kBuried:
@@ -53,6 +54,12 @@ Status Engine::Recover() {
   for (const store::TubePause& p : r->pauses) {
     Tube* t = FindTube(p.tube);
     if (t == nullptr || p.unpause_ms <= now_ms) continue;
+    if (p.unpause_ms > store::kMaxWallMs || p.pause_ms < 0) {
+      ++unsound_rows_;
+      spdlog::error("store: tube {}'s pause until {} ms is out of range; the tube is not paused",
+                    p.tube.substr(0, 200), p.unpause_ms);
+      continue;
+    }
     t->pause_ms = p.pause_ms;
     t->unpause_us = steady_us + (p.unpause_ms - now_ms) * 1000;
     Schedule(t->timer, TickAtSteady(t->unpause_us));
@@ -115,7 +122,7 @@ void Engine::Loaded(Result<std::vector<JobRecord>> rows, uint64_t since) {
     // In memory already: pinned by a write, or taken out of the store's
     // hands by a kick, reserve-job or delete. Or it was, and has left memory
     // since the store read this row: the row is out of date.
-    if (jobs_.count(r.id) || LeftSince(r.id, since)) continue;
+    if (jobs_.count(r.id) || LeftSince(r.id, since) || !Sound(r)) continue;
     Job* j = MaterializeFar(r);
     if (j->due_ms() <= now_ms) {
       MakeReady(j);
@@ -144,7 +151,9 @@ void Engine::ReadFar(uint64_t id, Reply<std::optional<JobRecord>> done) {
           // It was in memory meanwhile, and may have changed since this read.
           if (LeftSince(id, since)) return ReadFar(id, std::move(done));
           if (!r.ok()) return done(r.status());
-          if (!r.value() || !IsFar(*r.value())) return done(std::optional<JobRecord>());
+          if (!r.value() || !IsFar(*r.value()) || !Sound(*r.value())) {
+            return done(std::optional<JobRecord>());
+          }
           done(std::move(r).value());
         });
 }
@@ -175,6 +184,62 @@ void Engine::FindOrLoad(uint64_t id, std::function<bool(const Job&)> allowed, Re
             }
             done(j);
           });
+}
+
+void Engine::Doubt(Job* j) {
+  ++j->pending_writes;  // held by in_doubt_ until ReadInDoubt settles it
+  in_doubt_.insert(j->id);
+  if (!reading_in_doubt_) Schedule(in_doubt_timer_, NowTick());
+}
+
+// The store has each job in doubt or it has not: placed as a put answered
+// well would have placed it, or dropped. While it cannot be read, the jobs
+// wait in memory, unseen, and the read is tried again every second.
+void Engine::ReadInDoubt() {
+  if (in_doubt_.empty() || reading_in_doubt_) return;
+  reading_in_doubt_ = true;
+  std::vector<uint64_t> ids(in_doubt_.begin(), in_doubt_.end());
+  Aside(
+      [&store = store_, ids]() -> Result<std::vector<std::pair<uint64_t, bool>>> {
+        std::vector<std::pair<uint64_t, bool>> found;
+        for (uint64_t id : ids) {
+          auto r = store.Get(id);
+          if (!r.ok()) return r.status();
+          found.emplace_back(id, r->has_value());
+        }
+        return found;
+      },
+      [this](Result<std::vector<std::pair<uint64_t, bool>>> found, uint64_t) {
+        reading_in_doubt_ = false;
+        if (!found.ok()) {
+          Schedule(in_doubt_timer_, TickAtSteady(clock_.SteadyMicros() + 1'000'000));
+          return;
+        }
+        for (auto [id, kept] : *found) {
+          in_doubt_.erase(id);
+          Job* j = jobs_.at(id).get();
+          spdlog::info("job {}: its insert's outcome was unknown; the store {} it", id,
+                       kept ? "has" : "does not have");
+          Publish(j, kept ? Status::Ok() : Status::IoError("not kept"));
+          WriteDone(j);
+        }
+        if (!in_doubt_.empty()) Schedule(in_doubt_timer_, NowTick());
+      });
+}
+
+bool Engine::Sound(const JobRecord& r) {
+  std::string fault = store::RecordFault(r);
+  if (fault.empty() && jobs_.count(r.id) != 0) fault = "its id is another job's";
+  if (fault.empty()) return true;
+  // The first few in full; then one line in a thousand, so that a damaged
+  // table does not flood the log.
+  if (++unsound_rows_ <= 10 || unsound_rows_ % 1000 == 0) {
+    spdlog::error(
+        "store: job row {} (tube \"{}\") left out of memory: {}; it stays in the store as it is "
+        "({} such rows so far)",
+        r.id, r.tube.substr(0, 200), fault, unsound_rows_);
+  }
+  return false;
 }
 
 Job* Engine::MaterializeFar(const JobRecord& r) {

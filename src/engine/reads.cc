@@ -227,6 +227,7 @@ EngineStats Engine::Stats() const {
   s.tubes = tubes_.size();
   s.waiting = waiting_;
   s.draining = draining_;
+  s.unsound_rows = unsound_rows_;
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "common/header_rules.h"
 #include "common/json_dump.h"
 #include "common/json_text.h"
 #include "common/time_format.h"
@@ -65,16 +66,6 @@ Result<std::string> String(const json& v, const std::string& field) {
   return v.get<std::string>();
 }
 
-bool IsToken(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (c <= 32 || c >= 127 || std::string_view("()<>@,;:\\\"/[]?={}").find(c) != s.npos) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // Checks a header value has no control characters (no header injection).
 bool IsHeaderValue(std::string_view s) {
   for (char c : s) {
@@ -85,28 +76,36 @@ bool IsHeaderValue(std::string_view s) {
 
 }  // namespace
 
-Result<int64_t> ParseMillis(const json& v, const std::string& field) {
+Result<int64_t> ParseMillis(const json& v, const std::string& field, int64_t max_ms) {
+  const std::string too_large =
+      "is too large: at most " + std::to_string(max_ms) + " ms" +
+      (max_ms == kMaxDurationMs ? std::string(" (2^32-1 s)") : std::string());
   if (v.is_number_integer()) {
-    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}) {
-      return Status::InvalidField(field, "is too large");
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max_ms)) {
+      return Status::InvalidField(field, too_large);
     }
-    int64_t n = v.get<int64_t>();
+    const int64_t n = v.get<int64_t>();
     if (n < 0) return Status::InvalidField(field, "must not be negative");
+    if (n > max_ms) return Status::InvalidField(field, too_large);
     return n;
   }
   if (v.is_string()) {
-    std::optional<int64_t> ms = ParseDurationMs(v.get<std::string>());
+    const std::string& text = v.get_ref<const std::string&>();
+    bool overflow = false;
+    std::optional<int64_t> ms = ParseDurationMs(text, &overflow);
+    if (overflow) return Status::InvalidField(field, too_large);
     if (!ms) {
       return Status::InvalidField(field,
                                   "must be milliseconds or a duration like \"30m\", \"1h30m\", "
                                   "\"250ms\" (units ms, s, m, h, d)");
     }
+    if (*ms > max_ms) return Status::InvalidField(field, too_large);
     return *ms;
   }
   return Status::InvalidField(field, "must be milliseconds or a duration string");
 }
 
-Result<Target> ParseTarget(const json& j, const std::string& prefix) {
+Result<Target> ParseTarget(const json& j, const std::string& prefix, bool stored) {
   Status s = CheckObject(j, prefix, {"url", "method", "headers", "timeout_ms"});
   if (!s.ok()) return s;
   Target t;
@@ -138,11 +137,13 @@ Result<Target> ParseTarget(const json& j, const std::string& prefix) {
     std::string field = Join(prefix, "headers");
     if (!h.is_object()) return Status::InvalidField(field, "must be an object of strings");
     for (const auto& [name, value] : h.items()) {
-      if (!IsToken(name)) return Status::InvalidField(field, "has an invalid header name");
-      if (!value.is_string() || !IsHeaderValue(value.get<std::string>())) {
-        return Status::InvalidField(Join(field, name),
-                                    "must be a string without control characters");
-      }
+      if (!value.is_string()) return Status::InvalidField(Join(field, name), "must be a string");
+      // A stored target keeps the headers it was stored with, so that a rule
+      // made since never turns a push job into a pull job; the dispatcher
+      // checks them again before it sends any.
+      std::string fault = stored ? "" : TargetHeaderFault(name, value.get<std::string>());
+      if (!fault.empty())
+        return Status::InvalidField(Join(field, name), "header " + name + " " + fault);
       t.headers.emplace_back(name, value.get<std::string>());
     }
   }
@@ -191,7 +192,7 @@ Result<RetryPolicy> ParseRetry(const json& j, const std::string& prefix) {
   return r;
 }
 
-Result<TopicSettings> ParseTopicSettings(const json& j) {
+Result<TopicSettings> ParseTopicSettings(const json& j, bool stored) {
   Status s = CheckObject(
       j, "",
       {"target", "retry", "ttr_ms", "signing_secret", "rate_limit_per_s", "max_concurrency",
@@ -201,7 +202,7 @@ Result<TopicSettings> ParseTopicSettings(const json& j) {
   if (!s.ok()) return s;
   TopicSettings t;
   if (j.contains("target") && !j["target"].is_null()) {
-    Result<Target> target = ParseTarget(j["target"], "target");
+    Result<Target> target = ParseTarget(j["target"], "target", stored);
     if (!target.ok()) return target.status();
     t.target = std::move(*target);
   }
@@ -350,7 +351,7 @@ std::shared_ptr<const JobSpec> DecodeSpec(const std::string& text) {
   }
   const json& j = *parsed;
   if (j.contains("target")) {
-    Result<Target> t = ParseTarget(j["target"], "target");
+    Result<Target> t = ParseTarget(j["target"], "target", /*stored=*/true);
     if (t.ok()) spec->target = std::move(*t);
   }
   if (j.contains("retry")) {
@@ -369,7 +370,7 @@ std::shared_ptr<const TopicSettings> DecodeSettings(const std::string& text) {
   if (text.empty()) return nullptr;
   Result<json> j = ParseJson(text, "settings");
   if (!j.ok()) return nullptr;
-  Result<TopicSettings> s = ParseTopicSettings(*j);
+  Result<TopicSettings> s = ParseTopicSettings(*j, /*stored=*/true);
   if (!s.ok()) {
     spdlog::error("store: unreadable topic settings: {}", s.status().ToString());
     return nullptr;

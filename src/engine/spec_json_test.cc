@@ -46,8 +46,15 @@ TEST(SpecJsonTest, EachBadTargetFieldIsNamed) {
   EXPECT_EQ(field(R"({"url": "http://a b"})").substr(0, 11), "target.url:");
   EXPECT_EQ(field("{\"url\": \"http://a/\\r\\nX: 1\"}").substr(0, 11), "target.url:");
   EXPECT_EQ(field(R"({"url": "http://a", "method": "TRACE"})").substr(0, 14), "target.method:");
-  EXPECT_EQ(field(R"({"url": "http://a", "headers": {"Bad Name": "v"}})").substr(0, 15),
-            "target.headers:");
+  EXPECT_EQ(field(R"({"url": "http://a", "headers": {"Bad Name": "v"}})").substr(0, 24),
+            "target.headers.Bad Name:");
+  EXPECT_EQ(field(R"({"url": "http://a", "headers": {"Content-Length": "0"}})").substr(0, 30),
+            "target.headers.Content-Length:");
+  // A stored target keeps the headers it was stored with (the dispatcher
+  // checks them again before sending).
+  EXPECT_TRUE(ParseTarget(json::parse(R"({"url": "http://a", "headers": {"Delayd-Job-Id": "9"}})"),
+                          "target", /*stored=*/true)
+                  .ok());
   EXPECT_EQ(field(R"({"url": "http://a", "headers": {"X": "a\r\nInjected: 1"}})").substr(0, 17),
             "target.headers.X:");
   EXPECT_EQ(field(R"({"url": "http://a", "timeout_ms": 0})").substr(0, 18), "target.timeout_ms:");

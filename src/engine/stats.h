@@ -39,6 +39,10 @@ struct EngineStats {
   uint64_t tubes = 0;
   uint64_t waiting = 0;
   bool draining = false;
+  // Stored rows left out of memory because they break what the engine
+  // relies on (store::RecordFault, or an id already taken): they stay in
+  // the store as they are, for an operator to look at.
+  uint64_t unsound_rows = 0;
 };
 
 }  // namespace delayd::engine

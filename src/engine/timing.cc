@@ -92,6 +92,9 @@ void Engine::Fire(EngineTimer* t) {
     case TimerKind::kPushRetry:
       RetryPush();
       break;
+    case TimerKind::kInDoubt:
+      ReadInDoubt();
+      break;
   }
 }
 

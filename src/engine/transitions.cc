@@ -110,6 +110,7 @@ void Engine::Unsubscribe(size_t subscription) {
 }
 
 void Engine::Publish(Job* j, const Status& s) {
+  if (s.code() == StatusCode::kUnknown) return Doubt(j);  // it may be in the store
   if (!s.ok()) {
     j->state = JobState::kDeleting;  // never visible; dropped by WriteDone
     return;

@@ -18,13 +18,16 @@
 
 namespace delayd::engine {
 
+// Microseconds to whole milliseconds, rounded up (for wall times >= 0).
+constexpr int64_t CeilMs(int64_t us) { return (us + 999) / 1000; }
+
 struct Job;
 struct Tube;
 struct Client;
 
 // What a timer belongs to. EngineTimer is standard-layout with the node first,
 // so the wheel's TimerNode* converts back to it.
-enum class TimerKind : uint8_t { kJob, kClient, kTube, kLoader, kPushRetry };
+enum class TimerKind : uint8_t { kJob, kClient, kTube, kLoader, kPushRetry, kInDoubt };
 struct EngineTimer {
   wheel::TimerNode node;
   TimerKind kind = TimerKind::kJob;
@@ -78,7 +81,10 @@ struct Job {
 
   // A push job is delivered by the dispatcher; pull consumers never see it.
   bool push() const { return extra && extra->spec && extra->spec->target; }
-  int64_t due_ms() const { return due_us / 1000; }
+  // The due time as stored: the first whole ms at or after due_us, so that
+  // a job read back from the store (a restart, the horizon loader) is never
+  // ready before its delay has passed; memory fires at due_us itself.
+  int64_t due_ms() const { return CeilMs(due_us); }
 };
 
 struct ReadyOrder {

@@ -1,13 +1,19 @@
 #include "http/api.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <charconv>
+#include <random>
 
 #include "common/json_dump.h"
 #include "common/json_text.h"
 #include "common/time_format.h"
 #include "delivery/dispatcher.h"
 #include "engine/spec_json.h"
+#include "http/access.h"
 #include "http/api_util.h"
 #include "http/bulk_ops.h"
 
@@ -92,6 +98,9 @@ ProblemKind KindOf(StatusCode c) {
     case StatusCode::kNoSpace:
       return {503, "storage-full",
               "Storage full, nothing was changed; try again once space returns"};
+    case StatusCode::kUnknown:  // look the jobs up before submitting again
+      return {503, "outcome-unknown",
+              "The store's connection broke during the commit; the jobs may have been kept"};
     case StatusCode::kInternal:
       break;
   }
@@ -189,7 +198,48 @@ Response JsonTextResponse(int status, std::string text) {
 
 Response ProblemResponse(const Status& s) {
   ProblemKind k = KindOf(s.code());
+  if (s.code() == StatusCode::kIoError || s.code() == StatusCode::kNoSpace ||
+      s.code() == StatusCode::kInternal) {
+    // The store's own words (SQL, file names) stay in the log; the client
+    // gets an id to find them by.
+    const std::string id = NewRequestId();
+    spdlog::warn("request {}: {}", id, s.message());
+    Response r = Problem(k.http, k.slug, k.title,
+                         std::string(k.title) + " (request " + id + " in the server's log)");
+    r.headers.emplace_back("Delayd-Request-Id", id);
+    return r;
+  }
+  if (s.code() == StatusCode::kUnknown) {
+    // The ids to look up (GET /v1/jobs/{id}) before submitting again; a
+    // resubmission without a key could otherwise make a second job.
+    json j = {{"type", "https://delayd.dev/problems/outcome-unknown"},
+              {"title", k.title},
+              {"status", k.http},
+              {"detail", s.message()},
+              {"job_ids", json::array()}};
+    for (std::string_view rest = s.field(); !rest.empty();) {
+      const size_t comma = rest.find(',');
+      uint64_t id = 0;
+      std::from_chars(rest.data(), rest.data() + std::min(comma, rest.size()), id);
+      if (id != 0) j["job_ids"].push_back(id);
+      rest = comma == rest.npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    Response r;
+    r.status = k.http;
+    r.content_type = "application/problem+json";
+    r.body = DumpJson(j);
+    return r;
+  }
   return Problem(k.http, k.slug, k.title, s.message(), s.field());
+}
+
+std::string NewRequestId() {
+  static std::atomic<uint64_t> next{0};
+  static const uint64_t base = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32 | rd()) & 0xffffff000000ULL;
+  }();
+  return fmt::format("{:012x}", base + next.fetch_add(1) % 0x1000000);
 }
 
 // The routes: method, path pattern and handler, in one table. The first
@@ -286,13 +336,40 @@ Api::Api(boost::asio::io_context& io, engine::Engine& engine, const Clock& clock
 Api::~Api() = default;
 
 void Api::Handle(Request req, Reply reply) {
+  // The browser's defences first: they hold with and without a token.
+  for (auto check : {&CheckHost, &CheckOrigin}) {
+    if (auto refused = check(req, options_.access)) {
+      return reply(Problem(refused->status, refused->slug, refused->title, refused->detail));
+    }
+  }
+  if (auto refused = CheckContentType(req)) {
+    return reply(Problem(refused->status, refused->slug, refused->title, refused->detail));
+  }
+  // A read-only console's pages may not act, whatever token they hold: a
+  // page sends its Origin (its own, having passed CheckOrigin) with every
+  // request that changes something; delayctl and scripts send none.
+  if (options_.console == ConsoleMode::kReadOnly && !req.origin.empty() &&
+      !ReadOnlyMethod(req.method)) {
+    return reply(Problem(403, "console-read-only", "Forbidden",
+                         "the console is read-only on this server (--console read-only)"));
+  }
   const bool needs_token =
       req.path.rfind("/v1/", 0) == 0 || (req.path == "/metrics" && options_.metrics_need_token);
-  if (options_.token.size() > 0 && needs_token && req.authorization != "Bearer " + options_.token) {
-    Response r = Problem(401, "unauthorized", "Unauthorized",
-                         "this route needs the header Authorization: Bearer <api token>");
-    r.headers.emplace_back("WWW-Authenticate", "Bearer");
-    return reply(std::move(r));
+  if (needs_token) {
+    const Scope scope = ScopeOf(req, options_.access);
+    if (scope == Scope::kNone) {
+      Response r = Problem(401, "unauthorized", "Unauthorized",
+                           "this route needs the header Authorization: Bearer <api token>");
+      r.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return reply(std::move(r));
+    }
+    if (scope == Scope::kRead && !ReadOnlyMethod(req.method)) {
+      Response r =
+          Problem(403, "insufficient-scope", "Forbidden",
+                  "the read-only token may only read; " + req.method + " needs the API token");
+      r.headers.emplace_back("WWW-Authenticate", "Bearer error=\"insufficient_scope\"");
+      return reply(std::move(r));
+    }
   }
   bool path_known = false;
   for (const Route& route : Table()) {
@@ -344,8 +421,11 @@ void Api::ConsoleFile(Call& c, std::string_view name) {
   r.headers.emplace_back("X-Content-Type-Options", "nosniff");
   r.headers.emplace_back("Cache-Control", "no-cache");
   if (name == "config.json") {
-    r.body = DumpJson({{"mode", options_.console == ConsoleMode::kReadOnly ? "read-only" : "full"},
-                       {"version", options_.version}});
+    // Read-only for everyone, or for whoever holds the read-only token.
+    const bool read_only =
+        options_.console == ConsoleMode::kReadOnly ||
+        (!options_.access.read_token.empty() && ScopeOf(c.req, options_.access) == Scope::kRead);
+    r.body = DumpJson({{"mode", read_only ? "read-only" : "full"}, {"version", options_.version}});
     return c.reply(std::move(r));
   }
   for (const ConsoleAsset& a : ConsoleAssets()) {
@@ -358,11 +438,19 @@ void Api::ConsoleFile(Call& c, std::string_view name) {
 }
 
 void Api::Ready(Call& c) {
-  std::string why = options_.not_ready ? options_.not_ready() : "";
-  if (!why.empty()) {
-    return c.reply(Problem(503, "not-ready", "Not ready", why));
-  }
-  c.reply(JsonResponse(200, {{"status", "ready"}}));
+  auto answer = [this, reply = std::move(c.reply)](const std::string& why) {
+    if (!why.empty()) return reply(Problem(503, "not-ready", "Not ready", why));
+    json j = {{"status", "ready"}};
+    // Ready, but an operator should look: rows the engine left in the store.
+    if (uint64_t n = engine_.unsound_rows(); n > 0) {
+      j["unsound_rows"] = n;
+      j["detail"] =
+          std::to_string(n) + " stored job rows were left out of memory as unsound (see the log)";
+    }
+    reply(JsonResponse(200, j));
+  };
+  if (!options_.not_ready) return answer("");
+  options_.not_ready(std::move(answer));
 }
 
 void Api::Dispatch(const Route& route, Call& c) {
@@ -397,7 +485,9 @@ void Api::SubmitJobs(Call& c) {
     return c.reply(ProblemResponse(Status::InvalidField(
         "body", "a batch holds at most " + std::to_string(options_.max_batch) + " jobs")));
   }
-  const int64_t now_ms = clock_.WallMillis();
+  // A delay counts from the next whole ms: from the current one, rounded
+  // down, a job would be due up to 1 ms before its delay has passed.
+  const int64_t now_ms = (clock_.WallMicros() + 999) / 1000;
   std::vector<engine::NewJob> jobs;
   if (batch) {
     const std::vector<std::string_view> texts = JsonElementTexts(c.req.body);
@@ -465,7 +555,8 @@ void Api::PatchJob(Call& c) {
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto body = ParseBody(c.req, true);
   if (!body.ok()) return c.reply(ProblemResponse(body.status()));
-  auto patch = ParseJobPatch(*body, c.req.body, options_.limits, clock_.WallMillis());
+  auto patch =
+      ParseJobPatch(*body, c.req.body, options_.limits, (clock_.WallMicros() + 999) / 1000);
   if (!patch.ok()) return c.reply(ProblemResponse(patch.status()));
   engine_.Modify(*id, *patch, [this, id = *id, reply = std::move(c.reply)](const Status& s) {
     if (!s.ok()) return reply(ProblemResponse(s));
@@ -736,7 +827,8 @@ void Api::Stats(Call& c) {
                 {"ttr_timeouts", e.job_timeouts}}},
               {"topics", e.tubes},
               {"waiting_consumers", e.waiting},
-              {"draining", e.draining}};
+              {"draining", e.draining},
+              {"unsound_rows", engine_.unsound_rows()}};
     if (dispatcher_ != nullptr) {
       delivery::DispatcherStats d = dispatcher_->stats();
       j["delivery"] = {

@@ -17,6 +17,7 @@
 #include "common/metrics.h"
 #include "common/version.h"
 #include "engine/engine.h"
+#include "http/access.h"
 #include "http/console.h"
 #include "http/job_json.h"
 #include "http/server.h"
@@ -35,7 +36,9 @@ class PullWaiter;
 class BulkOps;
 
 struct ApiOptions {
-  std::string token;        // non-empty: every /v1 route needs "Authorization: Bearer <token>"
+  // Tokens and browser defences (access.h): with a token, every /v1 route
+  // needs "Authorization: Bearer <token>" (the read token: GET routes only).
+  AccessOptions access;
   size_t max_batch = 1000;  // jobs per submission
   int64_t max_reserve_wait_ms = 60'000;
   JobLimits limits;
@@ -47,6 +50,9 @@ struct ApiOptions {
   // route answers 404. With `metrics_need_token`, it needs the token too.
   Metrics* metrics = nullptr;
   bool metrics_need_token = false;
+  // Topics with series of their own on /metrics (the largest backlogs); the
+  // rest are summed under topic="_other".
+  size_t metrics_topics = 100;
   // The store's figures, for /metrics; null: none.
   std::function<store::StoreStats()> store_stats = {};
   // Open connections, for /metrics; null: not counted.
@@ -55,9 +61,9 @@ struct ApiOptions {
   // The web console at "/": on, read-only (its pages offer no actions; the
   // API still answers what the token allows) or off (404).
   ConsoleMode console = ConsoleMode::kOn;
-  // GET /readyz: why this node should not take traffic now ("" when it
-  // should); null: always ready.
-  std::function<std::string()> not_ready = {};
+  // GET /readyz: calls its argument with why this node should not take
+  // traffic now ("" when it should), now or later; null: always ready.
+  std::function<void(std::function<void(std::string)>)> not_ready = {};
 };
 
 struct RouteSpec {
@@ -160,8 +166,11 @@ class Api final : public Handler {
   std::map<std::string, CachedForecast> forecasts_;
 };
 
-// A problem+json response (RFC 9457) for a failed status.
+// A problem+json response (RFC 9457) for a failed status. A store failure's
+// text is logged under a request id, which the response gives instead.
 Response ProblemResponse(const Status& s);
+// A fresh id for a log line a response refers to.
+std::string NewRequestId();
 Response JsonResponse(int status, const nlohmann::json& body);
 Response JsonTextResponse(int status, std::string text);  // `text` is JSON already
 

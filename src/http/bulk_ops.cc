@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 
+#include "common/time_format.h"
+
 namespace delayd::http {
 
 namespace {
@@ -161,9 +163,14 @@ void BulkOps::Apply(const std::shared_ptr<BulkProgress>& op, const engine::JobIn
     case BulkAction::kReschedule: {
       engine::JobPatch patch;
       const int64_t now_ms = clock_.WallMillis();
-      patch.due_ms = op->request.due_at_ms
-                         ? *op->request.due_at_ms
-                         : std::max(now_ms, job.record.due_ms + op->request.shift_ms.value_or(0));
+      // Both terms are bounded (a stored due time by kMaxTimeMs, a shift by
+      // 2^32-1 s), so the sum cannot wrap; past the last time RFC 3339 can
+      // write, the job is left as it is.
+      const int64_t shifted = job.record.due_ms + op->request.shift_ms.value_or(0);
+      if (!op->request.due_at_ms && shifted > kMaxTimeMs) {
+        return done(Status::InvalidField("shift", "would move the job past 9999-12-31"));
+      }
+      patch.due_ms = op->request.due_at_ms ? *op->request.due_at_ms : std::max(now_ms, shifted);
       return engine_.Modify(id, patch, std::move(done));
     }
   }

@@ -3,6 +3,12 @@
 // happens; gauges are read from their owners now. The jobs per topic and
 // state are the cluster's in cluster mode (Engine::Topics); everything else
 // is this node's. Metric names and meanings: doc/metrics.md.
+#include <algorithm>
+#include <array>
+#include <map>
+#include <set>
+#include <string_view>
+
 #include "delivery/dispatcher.h"
 #include "http/api.h"
 #include "http/prometheus_text.h"
@@ -11,7 +17,15 @@ namespace delayd::http {
 
 namespace {
 
-void Counters(PrometheusText& out, const Metrics& m) {
+// The label a topic's series carry: its own name for the topics shown, the
+// one bucket kOtherTopic for the rest.
+constexpr const char* kOtherTopic = "_other";
+using Shown = std::set<std::string, std::less<>>;
+std::string_view TopicLabel(const Shown& shown, std::string_view topic) {
+  return shown.count(topic) != 0 ? topic : std::string_view(kOtherTopic);
+}
+
+void Counters(PrometheusText& out, const Metrics& m, const Shown& shown) {
   struct Counter {
     const char* name;
     const char* help;
@@ -36,9 +50,17 @@ void Counters(PrometheusText& out, const Metrics& m) {
   };
   for (const Counter& c : kCounters) {
     out.Family(c.name, "counter", c.help);
+    uint64_t other = 0;
+    bool any_other = false;
     for (const auto& [topic, counters] : m.topics()) {
+      if (shown.count(topic) == 0) {
+        other += counters.*(c.field);
+        any_other = true;
+        continue;
+      }
       out.Sample(c.name, {{"topic", topic}}, counters.*(c.field));
     }
+    if (any_other) out.Sample(c.name, {{"topic", kOtherTopic}}, other);
   }
 }
 
@@ -76,15 +98,46 @@ void Api::MetricsPage(Call& c) {
     out.Family("delayd_info", "gauge", "Always 1; the version as a label.");
     out.Sample("delayd_info", {{"version", options_.version}}, uint64_t{1});
 
-    out.Family("delayd_jobs", "gauge", "Jobs per topic and state (the cluster's in cluster mode).");
+    // Series of their own for the topics with the largest backlogs; the
+    // rest summed under topic="_other", so the page stays bounded however
+    // many topics there are.
+    // A topic that emptied has left the engine's list but may still have
+    // counters: it competes with a backlog of 0.
+    std::map<std::string_view, uint64_t> backlog;
     for (const engine::TopicInfo& t : *r) {
-      for (auto [state, n] : {std::pair{"ready", t.ready},
-                              {"delayed", t.delayed},
-                              {"reserved", t.reserved},
-                              {"buried", t.buried}}) {
-        out.Sample("delayd_jobs", {{"topic", t.name}, {"state", state}}, n);
+      backlog[t.name] = t.ready + t.delayed + t.reserved + t.buried;
+    }
+    for (const auto& [topic, counters] : options_.metrics->topics()) backlog.try_emplace(topic, 0);
+    backlog.erase(kOtherTopic);
+    std::vector<std::pair<std::string_view, uint64_t>> by_backlog(backlog.begin(), backlog.end());
+    const size_t n_shown = std::min(options_.metrics_topics, by_backlog.size());
+    std::partial_sort(by_backlog.begin(), by_backlog.begin() + static_cast<ptrdiff_t>(n_shown),
+                      by_backlog.end(), [](const auto& a, const auto& b) {
+                        return a.second != b.second ? a.second > b.second : a.first < b.first;
+                      });
+    Shown shown;
+    for (size_t i = 0; i < n_shown; ++i) shown.insert(std::string(by_backlog[i].first));
+    out.Family("delayd_jobs", "gauge",
+               "Jobs per topic and state (the cluster's in cluster mode); topics past "
+               "--metrics-topics summed under topic=\"_other\".");
+    std::map<std::string_view, std::array<uint64_t, 4>> jobs;
+    for (const engine::TopicInfo& t : *r) {
+      auto& sums = jobs[TopicLabel(shown, t.name)];
+      sums[0] += t.ready;
+      sums[1] += t.delayed;
+      sums[2] += t.reserved;
+      sums[3] += t.buried;
+    }
+    for (const auto& [topic, sums] : jobs) {
+      static constexpr const char* kStates[] = {"ready", "delayed", "reserved", "buried"};
+      for (size_t i = 0; i < 4; ++i) {
+        out.Sample("delayd_jobs", {{"topic", topic}, {"state", kStates[i]}}, sums[i]);
       }
     }
+    out.Family("delayd_topics", "gauge",
+               "Topics, and how many of them have series of their own on this page.");
+    out.Sample("delayd_topics", {{"shown", "true"}}, uint64_t{shown.size()});
+    out.Sample("delayd_topics", {{"shown", "false"}}, uint64_t{by_backlog.size() - shown.size()});
     const engine::EngineStats e = engine_.Stats();
     out.Family("delayd_waiting_consumers", "gauge",
                "Consumers blocked in a reserve (beanstalk and HTTP long polls).");
@@ -111,7 +164,11 @@ void Api::MetricsPage(Call& c) {
                  "1 while the store's last commit or sync failed, else 0.");
       out.Sample("delayd_store_failing", {}, uint64_t{store->failing ? 1u : 0u});
     }
-    Counters(out, *options_.metrics);
+    out.Family("delayd_store_unsound_rows", "gauge",
+               "Stored job rows left out of memory because they break what the engine relies "
+               "on (logged; they stay in the store).");
+    out.Sample("delayd_store_unsound_rows", {}, engine_.unsound_rows());
+    Counters(out, *options_.metrics, shown);
     Histograms(out, *options_.metrics, store ? &*store : nullptr);
     reply(Response{200, PrometheusText::kContentType, {}, out.text()});
   });

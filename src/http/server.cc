@@ -12,7 +12,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
+#include <map>
 #include <set>
+#include <string>
 #include <utility>  // before asio/awaitable.hpp: Boost 1.74 needs std::exchange
 
 namespace delayd::http {
@@ -63,10 +65,75 @@ struct Server::Impl {
         co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         continue;
       }
-      if (streams.size() >= options.max_connections) continue;  // closes the socket
+      boost::system::error_code addr_ec;
+      const tcp::endpoint peer = socket.remote_endpoint(addr_ec);
+      if (addr_ec) continue;  // gone already
+      const std::string client = peer.address().to_string();
+      if (!MakeRoom(client)) {
+        ++refused;
+        continue;  // closes the socket
+      }
       socket.set_option(tcp::no_delay(true), ec);
-      asio::co_spawn(io, Session(std::move(socket)), asio::detached);
+      asio::co_spawn(io, Session(std::move(socket), client), asio::detached);
     }
+  }
+
+  // What the server knows of each open connection.
+  struct Conn {
+    std::string client;  // the peer's IP address
+    uint64_t seq = 0;    // accept order: lower is older
+    bool idle = false;   // waiting for a request, or for the rest of its headers
+    bool evicted = false;
+  };
+
+  // Whether a connection from `client` may open now, closing the oldest idle
+  // connection (of `client` when that address is at its own limit) to make
+  // room; false when every connection in the way is busy.
+  bool MakeRoom(const std::string& client) {
+    const size_t live = conns.size() - evicting;
+    auto per_client = per_client_count.find(client);
+    if (per_client != per_client_count.end() &&
+        per_client->second >= options.max_connections_per_client) {
+      if (!EvictOldestIdle(&client)) return false;
+    }
+    if (live >= options.max_connections && !EvictOldestIdle(nullptr)) return false;
+    return true;
+  }
+
+  // Closes the oldest idle connection (of `client` when given).
+  bool EvictOldestIdle(const std::string* client) {
+    std::set<Aged>* pool = &idle_order;
+    if (client != nullptr) {
+      auto it = idle_of_client.find(*client);
+      if (it == idle_of_client.end()) return false;
+      pool = &it->second;
+    }
+    if (pool->empty()) return false;
+    beast::tcp_stream* oldest = pool->begin()->second;
+    Conn& conn = conns.at(oldest);
+    SetIdle(oldest, conn, false);
+    conn.evicted = true;
+    ++evicting;
+    ++evicted;
+    --per_client_count[conn.client];
+    oldest->cancel();  // its read ends with operation_aborted, and its session with it
+    return true;
+  }
+
+  // Keeps the idle sets in step with `conn.idle`.
+  void SetIdle(beast::tcp_stream* stream, Conn& conn, bool idle) {
+    if (conn.idle == idle) return;
+    conn.idle = idle;
+    const Aged key{conn.seq, stream};
+    if (idle) {
+      idle_order.insert(key);
+      idle_of_client[conn.client].insert(key);
+      return;
+    }
+    idle_order.erase(key);
+    auto it = idle_of_client.find(conn.client);
+    it->second.erase(key);
+    if (it->second.empty()) idle_of_client.erase(it);
   }
 
   static Response Problem(int status, const std::string& title) {
@@ -93,19 +160,36 @@ struct Server::Impl {
     });
   }
 
-  asio::awaitable<void> Session(tcp::socket socket) {
-    beast::tcp_stream stream(std::move(socket));
-    streams.insert(&stream);
-    beast::flat_buffer buffer;
+  asio::awaitable<void> Session(tcp::socket socket, std::string client) {
     boost::system::error_code ec;
+    const bool local_loopback = socket.local_endpoint(ec).address().is_loopback();
+    beast::tcp_stream stream(std::move(socket));
+    Conn& conn = conns[&stream];
+    conn.client = client;
+    conn.seq = ++accepted;
+    ++per_client_count[client];
+    beast::flat_buffer buffer;
     for (;;) {
       bhttp::request_parser<bhttp::string_body> parser;
       parser.body_limit(options.max_body_bytes);
       parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
-      stream.expires_after(std::chrono::milliseconds(options.idle_timeout_ms));
-      idle.insert(&stream);
+      // Idle until the request's first byte (one may be buffered already:
+      // a pipelined request), then the headers within their own deadline.
+      SetIdle(&stream, conn, true);
+      if (buffer.size() == 0) {
+        stream.expires_after(std::chrono::milliseconds(options.idle_timeout_ms));
+        const size_t n = co_await stream.async_read_some(
+            buffer.prepare(4096), asio::redirect_error(asio::use_awaitable, ec));
+        buffer.commit(n);
+      }
+      if (ec || conn.evicted) break;
+      stream.expires_after(std::chrono::milliseconds(options.header_timeout_ms));
       co_await bhttp::async_read_header(stream, buffer, parser,
                                         asio::redirect_error(asio::use_awaitable, ec));
+      // Only a connection that has sent a whole request's headers is busy:
+      // until then, it may be closed to make room (MakeRoom).
+      if (conn.evicted) break;
+      SetIdle(&stream, conn, false);
       if (!ec && !parser.is_done() && parser.get().version() >= 11 &&
           beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
         // The client waits for this interim reply before it sends the body
@@ -114,10 +198,10 @@ struct Server::Impl {
         co_await bhttp::async_write(stream, go_on, asio::redirect_error(asio::use_awaitable, ec));
       }
       if (!ec && !parser.is_done()) {
+        stream.expires_after(std::chrono::milliseconds(options.body_timeout_ms));
         co_await bhttp::async_read(stream, buffer, parser,
                                    asio::redirect_error(asio::use_awaitable, ec));
       }
-      idle.erase(&stream);
       if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
           ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
           ec == asio::error::eof || closing) {
@@ -143,6 +227,9 @@ struct Server::Impl {
         if (q != target.npos) req.query = std::string(target.substr(q + 1));
         req.authorization = std::string(msg[bhttp::field::authorization]);
         req.content_type = std::string(msg[bhttp::field::content_type]);
+        req.host = std::string(msg[bhttp::field::host]);
+        req.origin = std::string(msg[bhttp::field::origin]);
+        req.local_loopback = local_loopback;
         req.body = std::move(msg.body());
         stream.expires_never();
         auto replied = std::make_shared<bool>(false);
@@ -166,8 +253,14 @@ struct Server::Impl {
       co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
       if (ec || !keep_alive || closing) break;
     }
-    idle.erase(&stream);
-    streams.erase(&stream);
+    SetIdle(&stream, conn, false);
+    if (conn.evicted) {
+      --evicting;
+    } else {
+      --per_client_count[client];
+    }
+    if (per_client_count[client] == 0) per_client_count.erase(client);
+    conns.erase(&stream);
     stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   }
 
@@ -175,8 +268,16 @@ struct Server::Impl {
   Handler& handler;
   ServerOptions options;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
-  std::set<beast::tcp_stream*> streams;
-  std::set<beast::tcp_stream*> idle;  // waiting for a request
+  std::map<beast::tcp_stream*, Conn> conns;  // every open connection
+  // The idle connections, oldest first: all, and by client address.
+  using Aged = std::pair<uint64_t, beast::tcp_stream*>;
+  std::set<Aged> idle_order;
+  std::map<std::string, std::set<Aged>> idle_of_client;
+  std::map<std::string, size_t> per_client_count;  // open, not evicted, by client address
+  size_t evicting = 0;                             // evicted, their sessions not ended yet
+  uint64_t accepted = 0;
+  uint64_t evicted = 0;
+  uint64_t refused = 0;
   bool closing = false;
 };
 
@@ -228,11 +329,16 @@ void Server::StopAccepting() {
 
 void Server::CloseAll() {
   impl_->closing = true;
-  for (beast::tcp_stream* s : impl_->idle) s->cancel();
+  for (const auto& [seq, stream] : impl_->idle_order) stream->cancel();
 }
 
-size_t Server::connections() const { return impl_->streams.size(); }
+size_t Server::connections() const { return impl_->conns.size(); }
 
-size_t Server::busy_connections() const { return impl_->streams.size() - impl_->idle.size(); }
+size_t Server::busy_connections() const {
+  return impl_->conns.size() - impl_->idle_order.size() - impl_->evicting;
+}
+
+uint64_t Server::evicted() const { return impl_->evicted; }
+uint64_t Server::refused() const { return impl_->refused; }
 
 }  // namespace delayd::http

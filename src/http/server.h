@@ -30,6 +30,9 @@ struct Request {
   std::string query;   // after '?', raw
   std::string authorization;
   std::string content_type;
+  std::string host;             // the Host header ("" when absent)
+  std::string origin;           // the Origin header ("" when absent)
+  bool local_loopback = false;  // the connection reached a loopback address of this host
   std::string body;
   std::shared_ptr<Hangup> hangup = std::make_shared<Hangup>();
 };
@@ -49,11 +52,23 @@ class Handler {
   virtual void Handle(Request req, Reply reply) = 0;
 };
 
+// Limits that keep a flood of connections from locking out the API. A
+// connection is idle until it has sent a whole request's headers: first it
+// waits for the request's first byte (idle_timeout_ms), then the headers
+// must follow within header_timeout_ms. When all
+// max_connections are open, or one client address has
+// max_connections_per_client, a new connection closes the oldest idle one
+// (of that address, for the latter) instead of being refused, so a client
+// with a real request (a health probe) gets in while others only hold
+// connections open; it is refused only when every connection is busy.
 struct ServerOptions {
   size_t max_body_bytes = 16 << 20;
   size_t max_header_bytes = 16 << 10;
-  int64_t idle_timeout_ms = 60'000;  // between requests on a kept-alive connection
+  int64_t idle_timeout_ms = 60'000;    // for a request's first byte, kept-alive or new
+  int64_t header_timeout_ms = 10'000;  // from the first byte to the end of the headers
+  int64_t body_timeout_ms = 60'000;    // from the end of the headers to the end of the body
   size_t max_connections = 10'000;
+  size_t max_connections_per_client = 1'000;  // per client IP address
 };
 
 class Server {
@@ -72,6 +87,10 @@ class Server {
   // Connections with a request in progress: read, waiting for its reply, or
   // writing it.
   size_t busy_connections() const;
+  // Connections closed to make room for a newer one, and connections
+  // refused because every connection was busy.
+  uint64_t evicted() const;
+  uint64_t refused() const;
 
  private:
   struct Impl;

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <fstream>
 #include <iostream>
 #include <set>
 
@@ -42,6 +43,12 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "log-level",
                                                "http",
                                                "api-token",
+                                               "api-token-file",
+                                               "api-read-token",
+                                               "api-read-token-file",
+                                               "http-allow-origin",
+                                               "http-allowed-hosts",
+                                               "metrics-topics",
                                                "metrics-auth",
                                                "console",
                                                "max-batch",
@@ -126,14 +133,21 @@ Status LoadToml(const std::string& path, Config& config) {
     }
     config.console = *v;
   }
-  for (auto [key, out] : {std::pair{"http", &config.http}, {"api-token", &config.api_token}}) {
+  if (Status s = integer("metrics-topics", config.metrics_topics, 0); !s.ok()) return s;
+  for (auto [key, out] : {std::pair{"http", &config.http},
+                          {"api-token", &config.api_token},
+                          {"api-token-file", &config.api_token_file},
+                          {"api-read-token", &config.api_read_token},
+                          {"api-read-token-file", &config.api_read_token_file}}) {
     if (auto n = t[key]; n) {
       if (!n.is_string()) return type_error(key, "a string");
       *out = *n.value<std::string>();
     }
   }
-  for (auto [key, out] :
-       {std::pair{"target-allow", &config.target_allow}, {"target-deny", &config.target_deny}}) {
+  for (auto [key, out] : {std::pair{"target-allow", &config.target_allow},
+                          {"target-deny", &config.target_deny},
+                          {"http-allow-origin", &config.http_allow_origin},
+                          {"http-allowed-hosts", &config.http_allowed_hosts}}) {
     if (auto n = t[key]; n) {
       out->clear();
       auto* arr = n.as_array();
@@ -210,7 +224,30 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "Serve the HTTP API on HOST:PORT; port 0 picks a free port; \"off\" disables it "
                  "(default 127.0.0.1:8080)");
   app.add_option("--api-token", c.api_token,
-                 "Require \"Authorization: Bearer TOKEN\" on every /v1 route (default: none)");
+                 "Require \"Authorization: Bearer TOKEN\" on every /v1 route (default: none; "
+                 "also --api-token-file or DELAYD_API_TOKEN, which ps does not show)");
+  app.add_option("--api-token-file", c.api_token_file,
+                 "Read the API token from this file's first line");
+  app.add_option("--api-read-token", c.api_read_token,
+                 "A second token that may only read: GET routes and the console's pages, "
+                 "without its actions (also --api-read-token-file or DELAYD_API_READ_TOKEN)");
+  app.add_option("--api-read-token-file", c.api_read_token_file,
+                 "Read the read-only token from this file's first line");
+  app.add_option("--http-allow-origin", c.http_allow_origin,
+                 "Web pages of this origin (https://ops.example.com) may call the API; "
+                 "repeatable. Requests from any other page's origin are refused (default: none "
+                 "but the server's own)")
+      ->take_all()
+      ->allow_extra_args(false);
+  app.add_option("--http-allowed-hosts", c.http_allowed_hosts,
+                 "A loopback HTTP listener answers these Host names too; repeatable (default: "
+                 "loopback names and addresses only, against DNS rebinding)")
+      ->take_all()
+      ->allow_extra_args(false);
+  app.add_option("--metrics-topics", c.metrics_topics,
+                 "Topics with series of their own on /metrics, those with the largest backlog; "
+                 "the rest are summed under topic=\"_other\" (default 100)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{100'000}));
   app.add_option("--console", c.console,
                  "The web console at / on the HTTP port: on, read-only (no actions) or off "
                  "(default on)")
@@ -303,6 +340,12 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--log-level")) c.log_level = file.log_level;
     if (!given("--http")) c.http = file.http;
     if (!given("--api-token")) c.api_token = file.api_token;
+    if (!given("--api-token-file")) c.api_token_file = file.api_token_file;
+    if (!given("--api-read-token")) c.api_read_token = file.api_read_token;
+    if (!given("--api-read-token-file")) c.api_read_token_file = file.api_read_token_file;
+    if (!given("--http-allow-origin")) c.http_allow_origin = file.http_allow_origin;
+    if (!given("--http-allowed-hosts")) c.http_allowed_hosts = file.http_allowed_hosts;
+    if (!given("--metrics-topics")) c.metrics_topics = file.metrics_topics;
     if (!given("--metrics-auth")) c.metrics_auth = file.metrics_auth;
     if (!given("--console")) c.console = file.console;
     if (!given("--max-batch")) c.max_batch = file.max_batch;
@@ -335,6 +378,12 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     out.exit_code = 2;
     return out;
   }
+  if (Status s = ResolveTokens(c, &std::getenv); !s.ok()) {
+    std::cerr << "delayd: " << s.message() << "\n";
+    out.exit = true;
+    out.exit_code = 2;
+    return out;
+  }
   if (c.metrics_auth && c.api_token.empty()) {
     std::cerr << "delayd: --metrics-auth needs --api-token (the token /metrics asks for)\n";
     out.exit = true;
@@ -343,6 +392,55 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   }
   if (verbose) c.log_level = "debug";
   return out;
+}
+
+namespace {
+// The first line of `path`, without its line end.
+Result<std::string> FirstLine(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return Status::InvalidArgument(std::string("cannot read the ") + what + " from " + path);
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.empty())
+    return Status::InvalidArgument(std::string("the ") + what + " file " + path + " is empty");
+  return line;
+}
+}  // namespace
+
+Status ResolveTokens(Config& c, char* (*getenv)(const char*)) {
+  struct Source {
+    std::string* token;
+    const std::string* file;
+    const char* env;
+    const char* what;
+  };
+  for (const Source& src :
+       {Source{&c.api_token, &c.api_token_file, "DELAYD_API_TOKEN", "API token"},
+        Source{&c.api_read_token, &c.api_read_token_file, "DELAYD_API_READ_TOKEN",
+               "read-only token"}}) {
+    if (!src.file->empty()) {
+      if (!src.token->empty()) {
+        return Status::InvalidArgument(std::string("give the ") + src.what +
+                                       " as a flag or as a file, not both");
+      }
+      auto line = FirstLine(*src.file, src.what);
+      if (!line.ok()) return line.status();
+      *src.token = *line;
+    } else if (src.token->empty()) {
+      if (const char* v = getenv(src.env); v != nullptr) *src.token = v;
+    }
+  }
+  if (!c.api_read_token.empty() && c.api_token.empty()) {
+    return Status::InvalidArgument(
+        "a read-only token needs an API token too (--api-token): without one, every request "
+        "could write");
+  }
+  if (!c.api_read_token.empty() && c.api_read_token == c.api_token) {
+    return Status::InvalidArgument("the read-only token must differ from the API token");
+  }
+  return Status::Ok();
 }
 
 }  // namespace delayd::server

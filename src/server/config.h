@@ -28,10 +28,23 @@ struct Config {
   int64_t horizon_ms = 60'000;
   std::string log_level = "info";
   std::string http = "127.0.0.1:8080";  // "off": no HTTP API
-  std::string api_token;                // non-empty: /v1 routes need it as a bearer token
-  bool metrics_auth = false;            // /metrics needs the api token too
-  std::string console = "on";           // the web console: on, read-only or off
-  uint64_t max_batch = 1000;            // jobs per HTTP submission
+  // Tokens (non-empty: /v1 routes need one as a bearer token). Each comes
+  // from its flag, its file flag (the file's first line) or the environment
+  // (DELAYD_API_TOKEN, DELAYD_API_READ_TOKEN), so that it need not show in
+  // `ps`; ResolveTokens fills them from the last two.
+  std::string api_token;
+  std::string api_token_file;
+  std::string api_read_token;  // reads only (GET routes, the read-only console)
+  std::string api_read_token_file;
+  // Pages of these origins may call the API besides its own (CSRF defence).
+  std::vector<std::string> http_allow_origin;
+  // Host names a loopback HTTP listener answers besides loopback ones (DNS
+  // rebinding defence).
+  std::vector<std::string> http_allowed_hosts;
+  uint64_t metrics_topics = 100;  // topics with series of their own on /metrics
+  bool metrics_auth = false;      // /metrics needs the api token too
+  std::string console = "on";     // the web console: on, read-only or off
+  uint64_t max_batch = 1000;      // jobs per HTTP submission
   uint64_t max_request_bytes = 16 << 20;
   int64_t done_retention_ms = 3'600'000;
   uint64_t max_deliveries = 4096;           // push deliveries in flight at once
@@ -54,6 +67,10 @@ struct ParsedArgs {
 };
 
 ParsedArgs ParseArgs(int argc, char** argv);
+
+// Reads the token files and, for a token given neither way, the environment
+// (`getenv`); errors name the file or the conflict.
+Status ResolveTokens(Config& config, char* (*getenv)(const char*));
 
 // Reads a TOML file's keys into `config`, leaving keys it lacks alone.
 // Unknown keys and wrong types are errors.

@@ -26,6 +26,45 @@ TEST(ConfigTest, Defaults) {
   EXPECT_TRUE(Parse({"--topic-concurrency", "0"}).exit) << "at least one delivery per topic";
 }
 
+TEST(ConfigTest, TokensComeFromAFlagAFileOrTheEnvironment) {
+  const std::string dir = ::testing::TempDir();
+  const std::string file = dir + "/delayd-token-" + std::to_string(getpid());
+  std::ofstream(file) << "from-file\r\nsecond line\n";
+  static char* (*no_env)(const char*) = [](const char*) -> char* { return nullptr; };
+  static char* (*env)(const char*) = [](const char* name) -> char* {
+    static char full[] = "from-env", read[] = "read-env";
+    return std::string(name) == "DELAYD_API_TOKEN"        ? full
+           : std::string(name) == "DELAYD_API_READ_TOKEN" ? read
+                                                          : nullptr;
+  };
+  Config c;
+  c.api_token_file = file;
+  ASSERT_TRUE(ResolveTokens(c, no_env).ok());
+  EXPECT_EQ(c.api_token, "from-file");
+  Config e;
+  ASSERT_TRUE(ResolveTokens(e, env).ok());
+  EXPECT_EQ(e.api_token, "from-env");
+  EXPECT_EQ(e.api_read_token, "read-env");
+  Config flag;
+  flag.api_token = "from-flag";
+  ASSERT_TRUE(ResolveTokens(flag, env).ok());
+  EXPECT_EQ(flag.api_token, "from-flag") << "a flag wins over the environment";
+  Config both;
+  both.api_token = "x";
+  both.api_token_file = file;
+  EXPECT_FALSE(ResolveTokens(both, no_env).ok());
+  Config missing;
+  missing.api_token_file = dir + "/no-such-token-file";
+  EXPECT_FALSE(ResolveTokens(missing, no_env).ok());
+  Config read_only;
+  read_only.api_read_token = "r";
+  EXPECT_FALSE(ResolveTokens(read_only, no_env).ok()) << "a read token needs a full one";
+  Config same;
+  same.api_token = same.api_read_token = "t";
+  EXPECT_FALSE(ResolveTokens(same, no_env).ok());
+  std::filesystem::remove(file);
+}
+
 TEST(ConfigTest, BeanstalkFlagRepeats) {
   ParsedArgs a = Parse({"--beanstalk", "127.0.0.1:0", "--beanstalk", "unix:/tmp/x.sock"});
   EXPECT_EQ(a.config.beanstalk, (std::vector<std::string>{"127.0.0.1:0", "unix:/tmp/x.sock"}));

@@ -2,17 +2,21 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
 #include <utility>
 
+#include "common/time_format.h"
 #include "store/postgres/pg_store.h"
 #include "store/sqlite/sqlite_store.h"
 
@@ -91,6 +95,7 @@ Server::~Server() {
   claimer_.reset();
   ids_.reset();
   store_.reset();
+  if (data_lock_fd_ >= 0) ::close(data_lock_fd_);  // the lock goes with it
 }
 
 namespace {
@@ -109,11 +114,50 @@ void RaiseFileLimit(uint64_t max_connections) {
 }
 }  // namespace
 
+// One owner per data directory, as per PostgreSQL database: two processes
+// over one SQLite file would each keep their own idea of its jobs and hand
+// out the same ids. The kernel drops the lock when the holder dies, so a
+// restart after kill -9 finds it free. The file says who holds it.
+Status Server::LockDataDir() {
+  const std::string path = (std::filesystem::path(config_.data_dir) / "delayd.lock").string();
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IoError(fmt::format("open {}: {}", path, std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[512];
+    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    if (err != EWOULDBLOCK) {
+      return Status::IoError(fmt::format("lock {}: {}", path, std::strerror(err)));
+    }
+    std::string holder(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+    return Status::Conflict(fmt::format(
+        "data directory {} is held by another delayd ({}): stop it first, or give this one "
+        "a --data-dir of its own (several nodes share jobs only on PostgreSQL, with --cluster); "
+        "this process wrote nothing to it",
+        config_.data_dir, holder.empty() ? "which did not say who" : holder));
+  }
+  const std::string who =
+      fmt::format("pid {}, node {}, since {}\n", getpid(), DefaultNodeId(config_.beanstalk),
+                  FormatRfc3339Ms(clock_.WallMillis()));
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) < 0) {
+    spdlog::warn("{}: cannot write who holds it: {}", path, std::strerror(errno));
+  }
+  data_lock_fd_ = fd;
+  return Status::Ok();
+}
+
 Status Server::OpenStore() {
   Executor post = [this](std::function<void()> f) { asio::post(io_, std::move(f)); };
   if (!config_.store.empty()) {
     auto store = store::PgStore::Open(
-        {.conninfo = config_.store, .sync_delay_ms = config_.sync_delay_ms, .node_id = node_id_},
+        {.conninfo = config_.store,
+         .sync_delay_ms = config_.sync_delay_ms,
+         .node_id = node_id_,
+         .owner_name =
+             fmt::format("{} pid {}",
+                         node_id_.empty() ? DefaultNodeId(config_.beanstalk) : node_id_, getpid())},
         std::move(post));
     if (!store.ok()) return store.status();
     store_ = std::move(store).value();
@@ -122,6 +166,7 @@ Status Server::OpenStore() {
   std::error_code fs_ec;
   std::filesystem::create_directories(config_.data_dir, fs_ec);
   if (fs_ec) return Status::IoError("create " + config_.data_dir + ": " + fs_ec.message());
+  if (Status s = LockDataDir(); !s.ok()) return s;
   auto store = store::SqliteStore::Open(
       {.path = (std::filesystem::path(config_.data_dir) / "delayd.db").string(),
        .sync_delay_ms = config_.sync_delay_ms},
@@ -206,7 +251,11 @@ Status Server::Start() {
   if (Status s = timers_->Start(); !s.ok()) return s;
   if (config_.http != "off") {
     http::ApiOptions ao;
-    ao.token = config_.api_token;
+    ao.access = {.token = config_.api_token,
+                 .read_token = config_.api_read_token,
+                 .allowed_origins = config_.http_allow_origin,
+                 .allowed_hosts = config_.http_allowed_hosts};
+    ao.metrics_topics = config_.metrics_topics;
     ao.max_batch = config_.max_batch;
     ao.limits.max_body_bytes = config_.max_job_size;
     ao.limits.targets = target_policy_.get();
@@ -219,7 +268,7 @@ Status Server::Start() {
     ao.store_stats = [this] { return store_->stats(); };
     ao.beanstalk_connections = [this] { return uint64_t{listener_->sessions()}; };
     ao.http_connections = [this] { return uint64_t{http_server_->connections()}; };
-    ao.not_ready = [this] { return NotReady(); };
+    ao.not_ready = [this](std::function<void(std::string)> done) { NotReady(std::move(done)); };
     if (engine_->clustered()) {
       ao.cluster_view = [this](std::function<void(Result<nlohmann::json>)> done) {
         ClusterView(std::move(done));
@@ -393,11 +442,30 @@ void Server::ArmCluster(int64_t steady_us) {
   ArmAt(cluster_timer_, cluster_armed_us_, steady_us, &Server::RunCluster);
 }
 
-std::string Server::NotReady() const {
-  if (stopping_) return "shutting down";
-  if (store_->stats().failing) return "the store's last write failed; it takes no writes now";
-  if (engine_->clustered() && member_ == nullptr) return "joining the cluster";
-  return "";
+void Server::NotReady(std::function<void(std::string)> done) {
+  if (stopping_) return done("shutting down");
+  if (store_->stats().failing) return done("the store's last write failed; it takes no writes now");
+  if (engine_->clustered() && member_ == nullptr) return done("joining the cluster");
+  constexpr int64_t kProbeFreshUs = 1'000'000;
+  auto why = [this] { return probe_.result.ok() ? std::string() : probe_.why; };
+  if (probe_.at_us >= 0 && clock_.SteadyMicros() - probe_.at_us < kProbeFreshUs) return done(why());
+  probe_.waiting.push_back(std::move(done));
+  if (probe_.running) return;
+  probe_.running = true;
+  auto result = std::make_shared<Status>();
+  store_->ReadAside(
+      [this, result] { *result = store_->Probe(); },
+      [this, result, why] {
+        probe_.running = false;
+        probe_.result = *result;
+        if (!result->ok()) {
+          const std::string id = http::NewRequestId();
+          spdlog::warn("readyz {}: the store cannot be used: {}", id, result->message());
+          probe_.why = "the store cannot be used (readyz " + id + " in the server's log)";
+        }
+        probe_.at_us = clock_.SteadyMicros();
+        for (auto& f : std::exchange(probe_.waiting, {})) f(why());
+      });
 }
 
 void Server::RunCluster() {

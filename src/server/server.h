@@ -39,6 +39,7 @@ class Server {
  private:
   // SQLite in the data dir, or PostgreSQL when --store names one.
   Status OpenStore();
+  Status LockDataDir();
   // Arms `timer` for `steady_us` unless it is armed earlier (`armed_us`,
   // -1: not armed); `run` runs when it goes off.
   void ArmAt(boost::asio::steady_timer& timer, int64_t& armed_us, int64_t steady_us,
@@ -59,7 +60,16 @@ class Server {
   void RunCluster();
   void ScheduleFigures();
   // Why this node should take no traffic now (GET /readyz); "" when it should.
-  std::string NotReady() const;
+  // /readyz: why not ready ("" when ready), after a probe of the store that
+  // is shared by the requests of one second.
+  void NotReady(std::function<void(std::string)> done);
+  struct StoreProbe {
+    int64_t at_us = -1;  // steady time of the last result
+    Status result;
+    std::string why;  // what /readyz says of a failed result
+    bool running = false;
+    std::vector<std::function<void(std::string)>> waiting;
+  } probe_;
   void ClusterView(std::function<void(Result<nlohmann::json>)> done);
 
   Config config_;
@@ -71,6 +81,10 @@ class Server {
   boost::asio::steady_timer timers_timer_;
   boost::asio::steady_timer shutdown_timer_;
   int64_t armed_us_ = -1;
+  // The data directory's lock (flock on <data-dir>/delayd.lock), held while
+  // the process runs so that a second delayd refuses the directory; -1 on
+  // PostgreSQL, whose database is held by the store (pg_owner.h).
+  int data_lock_fd_ = -1;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<engine::Engine> engine_;
   beanstalk::ServerCounters counters_;

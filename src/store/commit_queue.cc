@@ -95,6 +95,10 @@ void CommitQueue::WriterLoop() {
       stats_.mutations += batch.size();
       commit_failing_ = failed;
     }
+    if (s.code() == StatusCode::kUnknown) {  // the COMMIT was sent, its answer lost
+      SettleAndComplete(std::move(batch), s, true);
+      continue;
+    }
     if (!s.ok()) {  // rolled back: nothing to sync, everyone is told
       Complete(std::move(batch), s);
       continue;
@@ -171,8 +175,25 @@ void CommitQueue::SyncerLoop() {
         awaiting_.pop_front();
       }
     }
-    if (!answered.empty()) Complete(std::move(answered), s);
+    if (answered.empty()) continue;
+    if (s.ok() || stopping) {
+      Complete(std::move(answered), s);
+    } else {
+      SettleAndComplete(std::move(answered), s, false);
+    }
   }
+}
+
+void CommitQueue::SettleAndComplete(Batch batch, const Status& failure, bool commit_in_flight) {
+  // Until the backend says otherwise, each write failed; kUnknown is only
+  // for what the backend could not learn.
+  const Status failed =
+      failure.code() == StatusCode::kUnknown ? Status::IoError(failure.message()) : failure;
+  for (Submission& p : batch) {
+    if (p.status.ok()) p.status = failed;
+  }
+  backend_.Settle(batch, commit_in_flight);
+  Complete(std::move(batch), Status::Ok());  // each submission's own status
 }
 
 bool CommitQueue::Submission::MayConflict() const {

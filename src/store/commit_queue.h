@@ -76,6 +76,20 @@ class CommitQueue {
     // Makes every commit so far survive a power cut. Runs on the syncer
     // thread only, concurrently with Commit.
     virtual Status Sync() = 0;
+    // A failure that leaves an outcome in doubt: Commit returned kUnknown
+    // (the connection broke with the COMMIT sent), or a Sync failed (the
+    // server may have lost commits it acknowledged). Each submission of
+    // `batch` holds the failure in `status`. The backend finds out, within
+    // a bounded time, what the store kept: it sets `status` to OK for each
+    // submission whose writes are in the store and now durable, leaves the
+    // failure where they are not, and sets kUnknown (with the job ids) where
+    // it could not tell. `commit_in_flight`: called by the writer for a
+    // Commit's kUnknown. By default nothing can be learned, and each failure
+    // stands. Runs on the thread whose step failed.
+    virtual void Settle(Batch& batch, bool commit_in_flight) {
+      (void)batch;
+      (void)commit_in_flight;
+    }
   };
 
   struct Options {
@@ -106,6 +120,8 @@ class CommitQueue {
   void SyncerLoop();
   // Runs the callbacks of `batch` on the executor.
   void Complete(Batch batch, const Status& s);
+  // Backend::Settle, then Complete with each submission's status.
+  void SettleAndComplete(Batch batch, const Status& failure, bool commit_in_flight);
 
   Backend& backend_;
   const Options options_;

@@ -30,6 +30,11 @@ class FakeBackend final : public CommitQueue::Backend {
       --fail_commits_;
       return Status::IoError("disk gone (fake)");
     }
+    if (unknown_commits_ > 0) {
+      --unknown_commits_;
+      ++committed_;  // it did commit; the answer was lost
+      return Status::Unknown("connection broke at COMMIT (fake)");
+    }
     ++committed_;
     return Status::Ok();
   }
@@ -57,6 +62,36 @@ class FakeBackend final : public CommitQueue::Backend {
   void FailCommits(int n) {
     std::lock_guard lock(mu_);
     fail_commits_ = n;
+  }
+  // The next `n` commits are applied but answered kUnknown.
+  void LoseCommitAnswers(int n) {
+    std::lock_guard lock(mu_);
+    unknown_commits_ = n;
+  }
+  // Settle's verdict on each id in doubt (absent: it cannot tell).
+  void Kept(uint64_t id, bool kept) {
+    std::lock_guard lock(mu_);
+    kept_[id] = kept;
+  }
+  // Once a test gives a verdict, Settle gives them; before, the default
+  // (every failure stands).
+  void Settle(CommitQueue::Batch& batch, bool commit_in_flight) override {
+    std::lock_guard lock(mu_);
+    if (kept_.empty()) return;
+    settled_in_flight_ = settled_in_flight_ || commit_in_flight;
+    for (auto& p : batch) {
+      const uint64_t id = std::get<change::DeleteJob>(p.mutation.change).id;
+      auto it = kept_.find(id);
+      if (it == kept_.end()) {
+        p.status = Status::Unknown("cannot tell (fake)", std::to_string(id));
+      } else if (it->second) {
+        p.status = Status::Ok();
+      }
+    }
+  }
+  bool settled_in_flight() {
+    std::lock_guard lock(mu_);
+    return settled_in_flight_;
   }
   void FailSyncs(int n) {
     std::lock_guard lock(mu_);
@@ -86,6 +121,9 @@ class FakeBackend final : public CommitQueue::Backend {
   std::set<uint64_t> conflicts_;
   int fail_commits_ = 0;
   int fail_syncs_ = 0;
+  int unknown_commits_ = 0;
+  std::map<uint64_t, bool> kept_;
+  bool settled_in_flight_ = false;
   std::vector<std::vector<uint64_t>> batches_;
   int committed_ = 0;
   int synced_ = 0;
@@ -263,6 +301,33 @@ TEST_F(CommitQueueTest, AFailedSyncFailsTheChangesWaitingForItAndIsTriedAgain) {
   // The commit is still owed a sync: the syncer tries again by itself.
   ASSERT_TRUE(WaitFor([&] { return backend_.synced() == 1; }));
   EXPECT_GE(backend_.sync_calls(), 2);
+}
+
+// A commit whose answer was lost, or a failed sync, leaves writes in doubt:
+// the backend's Settle decides each one (kept, not kept, or unknown), and a
+// write it learned was not kept fails as a plain I/O error.
+TEST_F(CommitQueueTest, WritesInDoubtAreAnsweredAsTheBackendSettlesThem) {
+  Make({.sync_delay_ms = 0});
+  queue_->Start();
+  backend_.LoseCommitAnswers(1);
+  backend_.Kept(1, true);
+  Put(1);
+  ASSERT_TRUE(WaitFor([&] { return answers_.size() == 1; }));
+  EXPECT_TRUE(AnswerOf(1).ok()) << AnswerOf(1).ToString();
+  EXPECT_TRUE(backend_.settled_in_flight());
+  backend_.LoseCommitAnswers(1);
+  backend_.Kept(2, false);
+  Put(2);
+  ASSERT_TRUE(WaitFor([&] { return answers_.size() == 2; }));
+  EXPECT_EQ(AnswerOf(2).code(), StatusCode::kIoError) << AnswerOf(2).ToString();
+  backend_.FailSyncs(1);
+  Put(3);  // no verdict on 3: unknown, with its id
+  ASSERT_TRUE(WaitFor([&] { return answers_.size() == 3; }));
+  EXPECT_EQ(AnswerOf(3).code(), StatusCode::kUnknown) << AnswerOf(3).ToString();
+  EXPECT_EQ(AnswerOf(3).field(), "3");
+  Put(4);  // and the queue goes on
+  ASSERT_TRUE(WaitFor([&] { return answers_.size() == 4; }));
+  EXPECT_TRUE(AnswerOf(4).ok());
 }
 
 TEST_F(CommitQueueTest, CloseCommitsSyncsAndAnswersEverythingThenRefuses) {

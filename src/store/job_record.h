@@ -75,4 +75,17 @@ struct JobRecord {
   bool push = false;
 };
 
+// The latest wall time a job may carry: 9999-12-31T23:59:59.999Z, the last
+// instant RFC 3339 can write (common/time_format.h's kMaxTimeMs).
+inline constexpr int64_t kMaxWallMs = 253'402'300'799'999;
+
+// What the engine relies on in a stored row, checked on every row it reads
+// before placing it in memory: an id of at least 1, a tube of 1 to 200
+// printable bytes, a known state, times from the epoch to kMaxWallMs and
+// durations from 0 to 2^32-1 s. A store's own constraints do not promise
+// all of it (a PostgreSQL database edited by hand, or written by two
+// processes, can hold anything its column types allow). Returns "" for a
+// sound row, else what is wrong with it.
+std::string RecordFault(const JobRecord& r);
+
 }  // namespace delayd::store

@@ -282,6 +282,10 @@ class Store {
 
   // Synchronous reads: from any one thread at a time, or inside ReadAside.
   virtual Result<std::optional<JobRecord>> Get(uint64_t id) = 0;
+  // Whether the jobs table can be read and written now (for /readyz): by
+  // default a read of it; a store whose writes can be refused for reasons a
+  // read does not show (PostgreSQL's privileges) checks those too.
+  virtual Status Probe() { return Get(0).status(); }
   // The job (any state, done included) holding `key` in `tube`.
   virtual Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
                                                     const std::string& key) = 0;

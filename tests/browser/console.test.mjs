@@ -269,6 +269,51 @@ try {
   assert.equal(await guarded.getByRole('button', { name: 'Delete' }).isVisible(), false);
   await shot(guarded, 'job-read-only');
 
+  // The read-only token: the console signs in with it and offers no actions,
+  // on a server whose console is otherwise full.
+  const ro = await startDelayd(['--api-token', 'full-secret', '--api-read-token', 'read-secret'], 'full-secret');
+  assert.equal((await ro.api('POST', '/v1/topics/t/jobs', { key: 'r', delay: '1h' })).status, 201);
+  const reader = await newPage(ro);
+  await reader.getByRole('dialog', { name: 'This server needs its API token' }).waitFor();
+  await reader.getByLabel('API token', { exact: true }).fill('read-secret');
+  await reader.getByRole('button', { name: 'Sign in' }).click();
+  await heading(reader, 'Overview');
+  const r = (await ro.api('GET', '/v1/topics/t/keys/r')).json;
+  await reader.goto(`${ro.base}/#/jobs/${r.id}`);
+  await heading(reader, `Job ${r.id}`);
+  assert.equal(await reader.getByRole('button', { name: 'Run now' }).isVisible(), false,
+               'the read-only token: no actions');
+
+  // A page of another origin (a site the operator happens to open) tries
+  // what a browser lets any page send without asking: a text/plain POST, and
+  // a JSON one (which needs a CORS preflight delayd never grants). Nothing
+  // happens to the server's jobs.
+  const victim = await startDelayd();
+  assert.equal((await victim.api('POST', '/v1/topics/orders/jobs', { key: 'o1', delay: '1h' })).status, 201);
+  const attack = `<!doctype html><script>
+    (async () => {
+      const base = ${JSON.stringify(victim.base)};
+      const tries = [
+        fetch(base + '/v1/bulk', { method: 'POST', mode: 'no-cors', headers: { 'Content-Type': 'text/plain' },
+          body: JSON.stringify({ action: 'cancel', filter: { topic: 'orders' } }) }),
+        fetch(base + '/v1/topics/evil/jobs', { method: 'POST', mode: 'no-cors', headers: { 'Content-Type': 'text/plain' },
+          body: JSON.stringify({ body: 1 }) }),
+        fetch(base + '/v1/topics/evil/jobs', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+          body: JSON.stringify({ body: 2 }) }),
+      ];
+      await Promise.allSettled(tries);
+      document.title = 'done';
+    })();
+  </script>`;
+  const evil = http.createServer((req, res) => res.writeHead(200, { 'Content-Type': 'text/html' }).end(attack));
+  await new Promise(res => evil.listen(0, '127.0.0.1', res));
+  const evilPage = await (await browser.newContext()).newPage();
+  await evilPage.goto(`http://127.0.0.1:${evil.address().port}/`);
+  await waitFor('the attack page to finish', async () => (await evilPage.title()) === 'done');
+  evil.close();
+  assert.equal((await victim.api('GET', '/v1/topics/orders')).json.counts.delayed, 1, 'nothing cancelled');
+  assert.equal((await victim.api('GET', '/v1/topics/evil')).status, 404, 'nothing created');
+
   // Off: no console at all.
   const off = await startDelayd(['--console', 'off']);
   assert.equal((await fetch(`${off.base}/`)).status, 404);

@@ -73,12 +73,16 @@ TEST_F(DiskFullTest, WritesFailClearlyReadsGoOnAndSpaceComingBackHeals) {
   EXPECT_EQ(refusal, "OUT_OF_MEMORY\r\n");
   EXPECT_NE(server_->log().find("disk is full"), std::string::npos) << server_->log();
 
-  // HTTP says so too, as a problem naming the cause.
+  // HTTP says so too, as a problem naming the cause; the store's own words
+  // stay in the log, under the request id the problem gives.
   HttpReply h =
       HttpCall(server_->http_port(), "POST", "/v1/topics/t/jobs", R"({"body":")" + body + R"("})");
   EXPECT_EQ(h.status, 503) << h.body;
   EXPECT_EQ(h.json().value("type", ""), "https://delayd.dev/problems/storage-full") << h.body;
-  EXPECT_NE(h.json().value("detail", "").find("disk is full"), std::string::npos) << h.body;
+  const std::string request = h.headers["delayd-request-id"];
+  ASSERT_FALSE(request.empty()) << h.body;
+  EXPECT_NE(h.json().value("detail", "").find(request), std::string::npos) << h.body;
+  EXPECT_NE(server_->log().find("request " + request), std::string::npos);
   // A load balancer's readiness probe stops sending writers here meanwhile.
   HttpReply ready = HttpCall(server_->http_port(), "GET", "/readyz");
   EXPECT_EQ(ready.status, 503) << ready.body;

@@ -98,6 +98,9 @@ TEST(PgRestartTest, ACrashOfPostgresLosesNoAcknowledgedJobAndDelaydRecoversByIts
       } else if (r.status == 503 && r.json()["type"].get<std::string>().find(
                                         "storage-unavailable") != std::string::npos) {
         ++tally.errors["503 storage-unavailable"];
+      } else if (r.status == 503 &&
+                 r.json()["type"].get<std::string>().find("outcome-unknown") != std::string::npos) {
+        ++tally.errors["503 outcome-unknown"];
       } else {
         tally.unexpected.push_back(std::to_string(r.status) + " " + r.body);
       }
@@ -235,6 +238,106 @@ TEST(PgRestartTest, AReadPostgresHoldsBackHoldsUpOnlyTheReplyThatNeedsIt) {
   PQclear(r);
   PQfinish(locker);
   EXPECT_EQ(slow.Reply(), "FOUND " + std::to_string(far) + " 3\r\nfar\r\n");
+}
+
+// "A failed put never appears": puts over HTTP while PostgreSQL crashes and
+// recovers three times. A put answered 201 is kept; one answered 503
+// storage-unavailable is not, ever; one whose commit was in flight when the
+// connection broke is found out (201 or 503) or, when that cannot be learned
+// in time, answered 503 outcome-unknown with its job id, and then reads back
+// as kept or not, as it was.
+TEST(PgRestartTest, APutAnsweredAsFailedNeverAppears) {
+  OwnPostgres pg;
+  const std::string dir = MakeTempDir("delayd-pg-false-failure");
+  DelaydServer server(dir + "/data", {"--store", pg.uri()});
+  std::mutex mu;
+  std::map<std::string, uint64_t> acked;  // body -> id
+  std::vector<std::string> failed;        // bodies answered storage-unavailable
+  std::vector<uint64_t> unknown;          // ids answered outcome-unknown
+  std::vector<std::string> unexpected;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> load;
+  for (int t = 0; t < 2; ++t) {
+    load.emplace_back([&, t] {
+      for (int i = 0; !stop; ++i) {
+        const std::string body = "\"p" + std::to_string(t) + "-" + std::to_string(i) + "\"";
+        HttpReply r = HttpCall(server.http_port(), "POST", "/v1/topics/doubt/jobs",
+                               R"({"delay":"1h","body":)" + body + "}");
+        const json j = r.json();
+        const std::string type = j.is_object() ? j.value("type", "") : "";
+        std::lock_guard lock(mu);
+        if (r.status == 201) {
+          acked[body] = j["id"].get<uint64_t>();
+        } else if (r.status == 503 && type.ends_with("/storage-unavailable")) {
+          failed.push_back(body);
+        } else if (r.status == 503 && type.ends_with("/outcome-unknown")) {
+          for (const json& id : j["job_ids"]) unknown.push_back(id.get<uint64_t>());
+        } else {
+          unexpected.push_back(std::to_string(r.status) + " " + r.body);
+        }
+      }
+    });
+  }
+  auto acked_count = [&] {
+    std::lock_guard lock(mu);
+    return acked.size();
+  };
+  for (int round = 0; round < 3; ++round) {
+    const size_t before = acked_count();
+    ASSERT_TRUE(WaitUntil([&] { return acked_count() >= before + 200; }, std::chrono::seconds(30)))
+        << "no puts acknowledged before crash " << round;
+    ASSERT_EQ(pg.Crash(), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // puts meet the outage
+    ASSERT_EQ(pg.Recover(), 0);
+  }
+  const size_t at_end = acked_count();
+  const bool recovered =
+      WaitUntil([&] { return acked_count() >= at_end + 200; }, std::chrono::seconds(30));
+  stop = true;
+  for (auto& t : load) t.join();
+  ASSERT_TRUE(recovered);
+  EXPECT_TRUE(unexpected.empty()) << unexpected.front();
+  EXPECT_FALSE(failed.empty()) << "the puts did meet the outages";
+  // What the store has of the topic, every page.
+  std::map<std::string, uint64_t> stored;  // body -> id
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        stored.clear();
+        std::string cursor;
+        for (;;) {
+          HttpReply page = HttpCall(
+              server.http_port(), "GET",
+              "/v1/jobs?topic=doubt&limit=1000" + (cursor.empty() ? "" : "&cursor=" + cursor));
+          if (page.status != 200) return false;
+          const json j = page.json();
+          for (const json& job : j["jobs"]) stored[job["body"].dump()] = job["id"].get<uint64_t>();
+          if (!j.contains("next_cursor") || j["next_cursor"].is_null()) return true;
+          cursor = j["next_cursor"].get<std::string>();
+        }
+      },
+      std::chrono::seconds(20)));
+  for (const auto& [body, id] : acked) {
+    EXPECT_EQ(stored.count(body), 1u) << "acknowledged job " << id << " " << body << " is missing";
+  }
+  for (const std::string& body : failed) {
+    EXPECT_EQ(stored.count(body), 0u) << "a put answered storage-unavailable appeared: " << body;
+  }
+  // An unknown outcome reads back as what it was, kept or not.
+  for (uint64_t id : unknown) {
+    const int status = HttpCall(server.http_port(), "GET", "/v1/jobs/" + std::to_string(id)).status;
+    EXPECT_TRUE(status == 200 || status == 404) << id << ": " << status;
+  }
+  std::printf("acknowledged %zu, refused %zu, outcome unknown %zu, stored %zu\n", acked.size(),
+              failed.size(), unknown.size(), stored.size());
+  EXPECT_EQ(
+      stored.size(), acked.size() + [&] {
+        size_t kept = 0;
+        for (uint64_t id : unknown) {
+          kept +=
+              HttpCall(server.http_port(), "GET", "/v1/jobs/" + std::to_string(id)).status == 200;
+        }
+        return kept;
+      }());
 }
 
 }  // namespace

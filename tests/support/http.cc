@@ -82,15 +82,8 @@ void SendAll(int fd, const std::string& s) {
 
 HttpReply HttpCall(int port, const std::string& method, const std::string& target,
                    const std::string& body, const std::vector<std::string>& headers) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    throw std::runtime_error("connect to delayd failed");
-  }
+  int fd = ConnectLoopback(port);
+  if (fd < 0) throw std::runtime_error("connect to delayd failed");
   std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
   for (const auto& h : headers) req += h + "\r\n";
   if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH") {
@@ -110,6 +103,19 @@ HttpReply HttpCall(int port, const std::string& method, const std::string& targe
   }
   ::close(fd);
   return r;
+}
+
+int ConnectLoopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 int ListenLoopback(int* port) {

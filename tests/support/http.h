@@ -74,6 +74,9 @@ class Receiver {
   std::vector<int> conns_;
 };
 
+// A TCP connection to 127.0.0.1:port, or -1.
+int ConnectLoopback(int port);
+
 // A listening TCP socket on 127.0.0.1 with a port of the kernel's choosing,
 // which it stores in *port.
 int ListenLoopback(int* port);

@@ -14,7 +14,7 @@ std::vector<std::vector<std::string>> Query(const std::string& uri, const std::s
     return out;
   }
   PGresult* r = PQexec(conn, sql.c_str());
-  if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+  if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK) {
     ADD_FAILURE() << sql << ": " << PQresultErrorMessage(r);
   } else {
     for (int i = 0; i < PQntuples(r); ++i) {

@@ -7,8 +7,9 @@
 
 namespace delayd::testing {
 
-// The rows of `sql` as text values; a failed connection or query fails the
-// current test and returns no rows.
+// The rows of `sql` as text values (none for a statement that returns no
+// rows); a failed connection or query fails the current test and returns no
+// rows.
 std::vector<std::vector<std::string>> Query(const std::string& uri, const std::string& sql);
 
 }  // namespace delayd::testing

@@ -137,6 +137,11 @@ std::string MakeTempDir(const std::string& prefix) {
   return tmpl;
 }
 
+std::string DelaydBin() {
+  const char* other = std::getenv("DELAYD_TEST_BIN");
+  return other != nullptr && *other != '\0' ? other : DELAYD_BIN;
+}
+
 bool DelaydServer::OnPostgres() { return std::getenv("DELAYD_TEST_PG_FILE") != nullptr; }
 
 std::string DelaydServer::store_uri() const { return db_ ? db_->uri() : store_uri_; }
@@ -169,7 +174,7 @@ std::unique_ptr<DelaydServer> DelaydServer::Node(const std::string& store_uri,
 }
 
 void DelaydServer::Launch() {
-  std::vector<std::string> argv = {DELAYD_BIN,    "--data-dir", data_dir_,    "--beanstalk",
+  std::vector<std::string> argv = {DelaydBin(),   "--data-dir", data_dir_,    "--beanstalk",
                                    "127.0.0.1:0", "--http",     "127.0.0.1:0"};
   if (db_ || !store_uri_.empty()) {
     argv.push_back("--store");

@@ -35,6 +35,11 @@ class Process {
   pid_t pid_ = -1;
 };
 
+// The delayd binary the black-box tests start: the one this build made, or
+// $DELAYD_TEST_BIN (to run a suite against another build, e.g. an older
+// commit's, to see a test fail there).
+std::string DelaydBin();
+
 // The text of a file, or "" if it cannot be read.
 std::string ReadFile(const std::string& path);
 

@@ -12,10 +12,11 @@ namespace {
 using Rows = std::vector<std::vector<std::string>>;
 
 // GET `path`; prints it raw (json) or through `table`.
-int Get(const Globals& g, const std::string& path, const std::function<void(const json&)>& table) {
+int Get(const Globals& g, const std::string& path, std::initializer_list<const char*> fields,
+        const std::function<void(const json&)>& table) {
   Ctx ctx = g.Make();
   Reply r = ctx.client.Call("GET", path);
-  if (int rc = Check(r); rc != kOk) return rc;
+  if (int rc = CheckShape(r, fields); rc != kOk) return rc;
   ctx.json ? PrintRaw(r) : table(r.json());
   return kOk;
 }
@@ -78,7 +79,7 @@ void AddAdminCommands(CLI::App& app, Globals& g) {
   topics->require_subcommand(0, 1);
   topics->callback([&g, topics] {
     if (topics->get_subcommands().empty()) {
-      g.rc = Get(g, "/v1/topics", [](const json& j) { TopicRows(j["topics"]); });
+      g.rc = Get(g, "/v1/topics", {"topics"}, [](const json& j) { TopicRows(j["topics"]); });
     }
   });
   {
@@ -119,7 +120,8 @@ void AddAdminCommands(CLI::App& app, Globals& g) {
   timers->require_subcommand(0, 1);
   timers->callback([&g, timers] {
     if (timers->get_subcommands().empty()) {
-      g.rc = Get(g, "/v1/timers?limit=1000", [](const json& j) { TimerRows(j["timers"]); });
+      g.rc = Get(g, "/v1/timers?limit=1000", {"timers"},
+                 [](const json& j) { TimerRows(j["timers"]); });
     }
   });
   {
@@ -141,11 +143,11 @@ void AddAdminCommands(CLI::App& app, Globals& g) {
         "resume", "Start a paused timer's fires again",
         [](Globals& gl, const std::string& at) { return Send(gl, "POST", at + "/resume", "{}"); });
     id_command("next", "A timer's next fire times, in UTC", [](Globals& gl, const std::string& at) {
-      return Get(gl, at + "/next?count=10", FireTimes);
+      return Get(gl, at + "/next?count=10", {"fire_times"}, FireTimes);
     });
     id_command("fires", "A timer's past fires and their jobs",
                [](Globals& gl, const std::string& at) {
-                 return Get(gl, at + "/fires", [](const json& j) {
+                 return Get(gl, at + "/fires", {"fires"}, [](const json& j) {
                    Rows rows;
                    for (const json& f : j["fires"]) {
                      rows.push_back({Cell(f["fire_at"]), Cell(f["outcome"]), Cell(f["job_id"]),
@@ -233,10 +235,10 @@ void AddAdminCommands(CLI::App& app, Globals& g) {
   }
 
   auto* stats = app.add_subcommand("stats", "The server's figures (GET /v1/stats)");
-  stats->callback([&g] { g.rc = Get(g, "/v1/stats", PrintFields); });
+  stats->callback([&g] { g.rc = Get(g, "/v1/stats", {"jobs", "version"}, PrintFields); });
   auto* cluster = app.add_subcommand("cluster", "Cluster nodes and shard leases (GET /v1/cluster)");
   cluster->callback([&g] {
-    g.rc = Get(g, "/v1/cluster", [](const json& j) {
+    g.rc = Get(g, "/v1/cluster", {}, [](const json& j) {
       Rows rows;
       for (const json& n : j["nodes"]) {
         rows.push_back({Cell(n["id"]), n.value("live", false) ? "yes" : "no",
@@ -254,7 +256,16 @@ void AddAdminCommands(CLI::App& app, Globals& g) {
   health->callback([&g] {
     Ctx ctx = g.Make();
     Reply r = ctx.client.Call("GET", "/readyz");
-    if (r.status == 200) {
+    const json answer = r.json();
+    if (!r.not_delayd.empty() || (r.status == 200 && answer.value("status", "") != "ready")) {
+      g.rc = CheckShape(r, {"status"});
+      if (g.rc == kOk) {
+        std::cerr << "delayctl: " << r.server
+                  << " answered /readyz without \"status\": \"ready\": not delayd (check "
+                     "--server)\n";
+        g.rc = kUnavailable;
+      }
+    } else if (r.status == 200) {
       ctx.json ? PrintRaw(r) : void(std::cout << "ready\n");
       g.rc = kOk;
     } else if (r.status == 503) {

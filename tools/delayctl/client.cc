@@ -2,6 +2,8 @@
 
 #include <curl/curl.h>
 
+#include <cctype>
+
 namespace delayctl {
 
 namespace {
@@ -9,6 +11,26 @@ namespace {
 size_t Append(char* data, size_t size, size_t n, void* out) {
   static_cast<std::string*>(out)->append(data, size * n);
   return size * n;
+}
+
+// Why `r` is not an answer of delayd's API, or "": delayd answers every
+// route a client calls with JSON (application/json, or problem+json for an
+// error) that is an object or an array, or with 204 and nothing.
+std::string NotDelayd(const Reply& r, std::string type, const std::string& server) {
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && type.back() == ' ') type.pop_back();
+  for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (r.status == 204 && r.body.empty()) return "";
+  std::string why;
+  if (type != "application/json" && type != "application/problem+json") {
+    why = "Content-Type " + (type.empty() ? std::string("(none)") : type);
+  } else {
+    const nlohmann::json j = r.json();
+    if (!j.is_object() && !j.is_array()) why = "a body that is not a JSON object";
+  }
+  if (why.empty()) return "";
+  return server + " is not delayd, or not its API: it answered HTTP " + std::to_string(r.status) +
+         " with " + why + " (check --server or DELAYD_SERVER)";
 }
 
 }  // namespace
@@ -21,6 +43,7 @@ Client::Client(std::string server, std::string token, long timeout_ms)
 Reply Client::Call(const std::string& method, const std::string& path,
                    const std::string& body) const {
   Reply r;
+  r.server = server_;
   CURL* curl = curl_easy_init();
   if (curl == nullptr) {
     r.error = "cannot start libcurl";
@@ -52,6 +75,9 @@ Reply Client::Call(const std::string& method, const std::string& path,
     r.error = err[0] != '\0' ? err : curl_easy_strerror(rc);
   } else {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.status);
+    char* type = nullptr;
+    curl_easy_getinfo(curl, CURLINFO_CONTENT_TYPE, &type);
+    r.not_delayd = NotDelayd(r, type != nullptr ? type : "", server_);
   }
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);

@@ -11,6 +11,11 @@ struct Reply {
   long status = 0;    // 0: no answer (error says why)
   std::string body;   // as sent by the server
   std::string error;  // transport failure
+  // Set when the answer is not one delayd's API gives (HTML from another
+  // server, a proxy's error page, JSON of another shape): why, naming the
+  // server. Every command then exits 6 (kUnavailable) and prints nothing else.
+  std::string not_delayd;
+  std::string server;  // who answered: the --server address
   nlohmann::json json() const { return nlohmann::json::parse(body, nullptr, false); }
 };
 

@@ -155,7 +155,7 @@ int Submit(const Globals& g, const std::string& topic, const std::string& body,
 int Show(const Globals& g, const std::string& path) {
   Ctx ctx = g.Make();
   Reply r = ctx.client.Call("GET", path);
-  if (int rc = Check(r); rc != kOk) return rc;
+  if (int rc = CheckShape(r, {"id"}); rc != kOk) return rc;
   ctx.json ? PrintRaw(r) : PrintFields(r.json());
   return kOk;
 }

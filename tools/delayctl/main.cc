@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
     // --help and --version exit 0; a bad command line exits 2.
     const int rc = app.exit(e);
     return rc == 0 ? 0 : delayctl::kUsage;
+  } catch (const nlohmann::json::exception& e) {
+    // JSON of a shape no delayd sends (a field of another type, say).
+    std::cerr << "delayctl: " << g.server << " answered with JSON of a shape delayd does not send ("
+              << e.what() << "): not the delayd API this delayctl knows (check --server)\n";
+    return delayctl::kUnavailable;
   }
   return g.rc;
 }

@@ -9,6 +9,10 @@ namespace delayctl {
 using nlohmann::json;
 
 int Check(const Reply& r) {
+  if (!r.not_delayd.empty()) {
+    std::cerr << "delayctl: " << r.not_delayd << "\n";
+    return kUnavailable;
+  }
   if (r.status == 0) {
     std::cerr << "delayctl: no answer from the server: " << r.error << "\n";
     return kUnavailable;
@@ -36,6 +40,19 @@ int Check(const Reply& r) {
     default:
       return r.status >= 500 ? kUnavailable : kRefused;
   }
+}
+
+int CheckShape(const Reply& r, std::initializer_list<const char*> fields) {
+  if (int rc = Check(r); rc != kOk) return rc;
+  const json j = r.json();
+  for (const char* f : fields) {
+    if (!j.is_object() || !j.contains(f)) {
+      std::cerr << "delayctl: " << r.server << " answered without \"" << f
+                << "\": not the delayd API this delayctl knows (check --server)\n";
+      return kUnavailable;
+    }
+  }
+  return kOk;
 }
 
 int Usage(const std::string& message) {

@@ -3,6 +3,7 @@
 // "delayctl").
 #pragma once
 
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -30,6 +31,8 @@ struct Ctx {
 // The exit code of a reply; for a failure also prints the server's problem
 // (title, detail, field) or the transport error to stderr.
 int Check(const Reply& r);
+// Check, and then that the answer is an object with each of `fields`.
+int CheckShape(const Reply& r, std::initializer_list<const char*> fields);
 // Prints a usage error to stderr and returns kUsage.
 int Usage(const std::string& message);
 

@@ -97,10 +97,20 @@ function askToken(error) {
   return new Promise(resolve => tokenWaiters.push(resolve));
 }
 
+// The console's mode: read-only when the server says so, or when the token
+// given is the read-only one (the server answers with the token's scope).
+async function loadConfig() {
+  const headers = state.token ? {'Authorization': `Bearer ${state.token}`} : {};
+  const config = await fetch('/console/config.json', {headers}).then(r => r.json()).catch(() => ({}));
+  state.mode = config.mode || 'full';
+  document.body.classList.toggle('readonly', state.mode === 'read-only');
+}
+
 function setupLogin() {
-  document.getElementById('login-form').addEventListener('submit', () => {
+  document.getElementById('login-form').addEventListener('submit', async () => {
     state.token = document.getElementById('token').value;
     sessionStorage.setItem('delayd-token', state.token);
+    await loadConfig();
     const waiters = tokenWaiters;
     tokenWaiters = [];
     waiters.forEach(w => w());
@@ -607,9 +617,7 @@ async function start() {
     root.classList.add(dark ? 'light' : 'dark');
     localStorage.setItem('delayd-theme', dark ? 'light' : 'dark');
   });
-  const config = await fetch('/console/config.json').then(r => r.json()).catch(() => ({}));
-  state.mode = config.mode || 'full';
-  if (state.mode === 'read-only') document.body.classList.add('readonly');
+  await loadConfig();
   window.addEventListener('hashchange', () => { route(); document.getElementById('main').focus(); });
   await route();
 }

@@ -1,9 +1,13 @@
 #include "store/postgres/pg_store.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -16,6 +20,7 @@
 #include <utility>
 
 #include "common/overloaded.h"
+#include "store/postgres/pg_owner.h"
 #include "store/postgres/pg_schema.h"
 
 namespace delayd::store {
@@ -439,6 +444,17 @@ auto Rows(const Result<PgResult>& r, Read read) -> Result<std::vector<decltype(r
   return out;
 }
 
+// The local port of socket `fd` (what the server sees as client_port), or
+// -1 (a Unix socket, whose sessions show none).
+int LocalPort(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (fd < 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return -1;
+}
+
 template <typename T>
 Result<std::optional<T>> First(Result<std::vector<T>> rows) {
   if (!rows.ok()) return rows.status();
@@ -744,6 +760,15 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
 
   std::unique_ptr<PgStore> store(new PgStore(std::move(options), std::move(executor)));
   {
+    // First, before anything is written: the database must be ours.
+    auto owner = PgConn::Connect(store->options_.conninfo, "delayd-owner");
+    if (!owner.ok()) return owner.status();
+    Status s =
+        pg::HoldDatabase(**owner, !store->options_.node_id.empty(), store->options_.owner_name);
+    if (!s.ok()) return s;
+    store->owner_ = std::move(owner).value();
+  }
+  {
     auto migrator = PgConn::Connect(store->options_.conninfo, "delayd-migrate");
     if (!migrator.ok()) return migrator.status();
     Status s = pg::Migrate(**migrator, store->options_.shards, &store->shards_);
@@ -759,6 +784,7 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
   if (!seq.ok()) return seq.status();
   store->commit_seq_ = PQntuples(seq->get()) ? pg::GetInt(seq->get(), 0, 0) : 0;
   store->writer_connects_ = store->synced_writer_connects_ = store->writer_->connects();
+  store->owner_checked_connects_ = store->syncer_->connects();
   store->queue_.Start();
   store->reads_->Start();
   if (store->shared() != nullptr) store->claims_->Start();
@@ -811,6 +837,7 @@ Status PgStore::Sync() {
   const int64_t target = commit_seq_.load();
   auto c = syncer_->Get();
   if (!c.ok()) return c.status();
+  if (Status s = KeepDatabase(); !s.ok()) return s;
   auto r = (*c)->Run("sync", Params().Bytes(syncs_key_).Bytes(seq_key_));
   if (!r.ok()) return r.status();
   const int64_t seen = pg::GetInt(r->get(), 0, 0);
@@ -823,6 +850,109 @@ Status PgStore::Sync() {
         "their writes are reported as failed",
         seen, target, same_writer ? "" : ", the writer reconnected"));
   }
+  return Status::Ok();
+}
+
+// What the store kept of a batch whose commit or sync failed, learned on a
+// connection of its own within kSettleMs (CommitQueue::Backend::Settle).
+// Jobs are inserted with ids never used before, and a batch commits whole,
+// so a submission's inserts are all present or all absent; a submission
+// without inserts keeps its failure (its change is idempotent to retry).
+// Before it looks, a writer session whose COMMIT was in flight must be gone,
+// or that COMMIT could still land after the look. What it finds present is
+// made durable by a commit of its own with synchronous_commit on.
+void PgStore::Settle(CommitQueue::Batch& batch, bool commit_in_flight) {
+  constexpr auto kSettleMs = std::chrono::milliseconds(5000);
+  const int old_pid = commit_in_flight ? committing_pid_.load() : 0;
+  const int old_port = committing_port_.load();
+  pg::ArrayParam ids(pg::kInt8);
+  std::vector<std::string> id_lists(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].status.ok()) continue;
+    batch[i].ForEach([&](const Mutation& m) {
+      if (const auto* ins = std::get_if<change::InsertJob>(&m.change)) {
+        ids.Int(static_cast<int64_t>(ins->job.id));
+        id_lists[i] += (id_lists[i].empty() ? "" : ",") + std::to_string(ins->job.id);
+      }
+    });
+  }
+  if (ids.size() == 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + kSettleMs;
+  std::string why;
+  for (auto backoff = std::chrono::milliseconds(50);;
+       backoff = std::min(backoff * 2, std::chrono::milliseconds(500))) {
+    auto present = [&]() -> Result<std::set<uint64_t>> {
+      auto c = PgConn::Connect(options_.conninfo, "delayd-settle");
+      if (!c.ok()) return c.status();
+      PgConn& conn = **c;
+      if (old_pid != 0) {
+        // A backend that lost its client ends at its next read; make sure.
+        auto gone = conn.Query(
+            "SELECT count(pg_terminate_backend(pid))::int8 FROM pg_stat_activity WHERE pid = "
+            "$1::int4 AND application_name = 'delayd-writer' AND "
+            "coalesce(client_port, -1) = $2::int4",
+            Params().Int(old_pid).Int(old_port), {pg::kInt8, pg::kInt8});
+        if (!gone.ok()) return gone.status();
+        if (pg::GetInt(gone->get(), 0, 0) != 0) {
+          return Status::Unavailable("the writer's old session is still ending");
+        }
+      }
+      Status s = conn.Exec("SET synchronous_commit = on");
+      if (!s.ok()) return s;
+      auto rows = conn.Query("SELECT id FROM jobs WHERE id = ANY($1)", Params().Array(ids),
+                             {pg::kInt8Array});
+      if (!rows.ok()) return rows.status();
+      std::set<uint64_t> found;
+      for (int r = 0; r < PQntuples(rows->get()); ++r) {
+        found.insert(static_cast<uint64_t>(pg::GetInt(rows->get(), r, 0)));
+      }
+      // A transaction with an id commits durably, which flushes the WAL of
+      // every commit this session could see: the rows found survive a crash.
+      s = conn.Exec("BEGIN; SELECT txid_current(); COMMIT");
+      if (!s.ok()) return s;
+      return found;
+    }();
+    if (present.ok()) {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (id_lists[i].empty()) continue;
+        uint64_t first = 0;
+        std::from_chars(id_lists[i].data(), id_lists[i].data() + id_lists[i].size(), first);
+        if (present->count(first) != 0) batch[i].status = Status::Ok();
+      }
+      spdlog::info("postgres: settled a batch in doubt: {} of its jobs were kept", present->size());
+      return;
+    }
+    why = present.status().message();
+    if (std::chrono::steady_clock::now() + backoff >= deadline) break;
+    std::this_thread::sleep_for(backoff);
+  }
+  spdlog::error("postgres: could not learn whether a batch was kept: {}", why);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (id_lists[i].empty()) continue;
+    batch[i].status = Status::Unknown(
+        "the store's connection broke while these jobs were being committed, and whether they "
+        "were kept could not be learned in time: look them up by id before submitting again",
+        id_lists[i]);
+  }
+}
+
+// After the syncer reconnected (the server restarted, or the network broke),
+// the owner's session may have gone too, and the lock with it: take it
+// again. Until this process holds the database, no sync vouches for a write.
+Status PgStore::KeepDatabase() {
+  if (syncer_->connects() == owner_checked_connects_ && owner_->ok()) return Status::Ok();
+  if (!pg::HoldsDatabase(*owner_)) {
+    auto again = PgConn::Connect(options_.conninfo, "delayd-owner");
+    if (!again.ok()) return again.status();
+    Status s = pg::HoldDatabase(**again, !options_.node_id.empty(), options_.owner_name);
+    if (!s.ok()) {
+      spdlog::error("{}", s.message());
+      return Status::IoError(s.message());
+    }
+    owner_ = std::move(again).value();
+    spdlog::info("postgres: holding the database again after a reconnection");
+  }
+  owner_checked_connects_ = syncer_->connects();
   return Status::Ok();
 }
 
@@ -1049,8 +1179,12 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   if (s.ok()) b.Send("set_seq", Params().Bytes(seq_key_).Int(seq));
   // A timer advanced that no longer exists fails its batch: known before COMMIT.
   if (s.ok() && b.checks_pending()) s = b.Flush();
+  bool commit_sent = false;
   if (s.ok()) {
+    committing_pid_ = PQbackendPID(conn.get());
+    committing_port_ = LocalPort(PQsocket(conn.get()));
     b.Sql("COMMIT");
+    commit_sent = true;
     s = b.Flush();
   }
   if (!s.ok()) {
@@ -1058,6 +1192,11 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
     if (conn.ok()) {
       b.Sql("ROLLBACK");
       (void)b.Flush();
+    } else if (commit_sent) {
+      // The COMMIT may have reached the server and been applied: only a
+      // look at the store tells (Settle).
+      return Status::Unknown("postgres: the connection broke with the batch's COMMIT in flight: " +
+                             s.message());
     }
     return s;
   }
@@ -1128,6 +1267,24 @@ Result<Recovered> PgStore::RecoverNow(int64_t horizon_minute) {
   if (!next_timer.ok()) return next_timer.status();
   out.next_timer_id = *next_timer;
   return out;
+}
+
+// A read of the jobs table, and an insert into it that is rolled back: what
+// makes writes fail (a lost privilege, a constraint, a full disk, a lock held
+// for long) fails the probe too, and nothing is written.
+Status PgStore::Probe() {
+  auto r = Read([](PgConn& c) -> Result<PgResult> {
+    Status s = c.Exec(
+        "BEGIN; SET LOCAL statement_timeout = 2000; SELECT 1 FROM jobs LIMIT 1; "
+        "INSERT INTO jobs (shard, id, tube, pri, state, due_ms, due_min, delay_ms, ttr_ms, "
+        "created_ms, run_at_ms, reserves, timeouts, releases, buries, kicks, body) VALUES "
+        "(0, 0, 'delayd-probe', 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ''::bytea)");
+    Status rolled_back = c.Exec("ROLLBACK");
+    if (!s.ok()) return s;
+    if (!rolled_back.ok()) return rolled_back;
+    return c.Query("SELECT 1::int8");
+  });
+  return r.status();
 }
 
 Result<std::optional<JobRecord>> PgStore::Get(uint64_t id) {

@@ -56,6 +56,9 @@ struct PgOptions {
   // Cluster mode: this node's id (the owner of its leases). Empty: a store
   // of one node, which sends no notices and makes no claims.
   std::string node_id = {};
+  // How this process is named to another delayd that finds the database
+  // held (pg_owner.h): "<host>:<port>" or the node id.
+  std::string owner_name = {};
   // Delayed jobs written due within this many ms of now are announced on
   // kDueChannel: their owner holds that far ahead on its clock.
   int64_t due_notice_ms = 60'000;
@@ -63,9 +66,11 @@ struct PgOptions {
 
 class PgStore final : public Store, public SharedQueue, private CommitQueue::Backend {
  public:
-  // Connects, creates or migrates the schema, and starts the writer. A bad
-  // connection string, an unreachable server or a database of a newer schema
-  // version is an error that says which.
+  // Takes the database (pg_owner.h: alone, or shared with the nodes of a
+  // cluster when `node_id` is set), then connects, creates or migrates the
+  // schema, and starts the writer. A bad connection string, an unreachable
+  // server, a database another delayd holds (kConflict; nothing is written)
+  // or a database of a newer schema version is an error that says which.
   static Result<std::unique_ptr<PgStore>> Open(PgOptions options, Executor executor);
   ~PgStore() override;
 
@@ -74,6 +79,7 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   void SubmitAll(std::vector<Mutation> ms, Done done) override;
   void ReadAside(std::function<void()> read, std::function<void()> then) override;
   Result<std::optional<JobRecord>> Get(uint64_t id) override;
+  Status Probe() override;
   Result<std::optional<JobRecord>> GetByKey(const std::string& tube,
                                             const std::string& key) override;
   Result<std::vector<JobRecord>> List(const ListQuery& q) override;
@@ -123,8 +129,10 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   class Batcher;
 
   PgStore(PgOptions options, Executor executor);
-  Status Commit(CommitQueue::Batch& batch) override;     // writer thread
-  Status Sync() override;                                // syncer thread
+  Status Commit(CommitQueue::Batch& batch) override;  // writer thread
+  Status Sync() override;                             // syncer thread
+  Status KeepDatabase();                              // syncer thread
+  void Settle(CommitQueue::Batch& batch, bool commit_in_flight) override;
   Result<Recovered> RecoverNow(int64_t horizon_minute);  // on the read lane
   // Runs a read on the read lane and waits for it (Lane::Use).
   Result<pg::PgResult> Read(const std::function<Result<pg::PgResult>(pg::PgConn&)>& run);
@@ -142,14 +150,22 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   int shards_ = 0;
   std::unique_ptr<Link> writer_;  // writer thread only (and Open before it starts)
   std::unique_ptr<Link> syncer_;  // syncer thread only
-  std::unique_ptr<Lane> reads_;   // every read
-  std::unique_ptr<Lane> claims_;  // claims (cluster mode)
-  Executor executor_;             // where reads aside, claims and notices answer
+  // The session that holds the database (pg_owner.h): taken by Open, then
+  // the syncer's, which takes it again after a reconnection, and fails its
+  // syncs (so every write) while another delayd has it.
+  std::unique_ptr<pg::PgConn> owner_;
+  uint64_t owner_checked_connects_ = 0;  // syncer thread: syncer_->connects() then
+  std::unique_ptr<Lane> reads_;          // every read
+  std::unique_ptr<Lane> claims_;         // claims (cluster mode)
+  Executor executor_;                    // where reads aside, claims and notices answer
   // The meta rows of the writer's commit number and of the syncer's
   // commits: this node's own, so that nodes never wait for each other's.
   const std::string seq_key_;
   const std::string syncs_key_;
   uint64_t next_id_floor_ = 0;  // writer thread: highest id committed + 1
+  // The writer's server process when it last sent a COMMIT (Settle).
+  std::atomic<int> committing_pid_{0};
+  std::atomic<int> committing_port_{-1};  // its connection's local port
   // The number of the writer's latest commit, and how often it connected
   // (Sync says why).
   std::atomic<int64_t> commit_seq_{0};

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,7 +21,14 @@ namespace delayd::store::testing {
 class FlakyStore final : public Store {
  public:
   explicit FlakyStore(Store& real, Executor post) : real_(real), post_(std::move(post)) {}
-  Result<Recovered> Recover(int64_t m) override { return real_.Recover(m); }
+  // When set, Recover answers these rows instead of the real store's: rows
+  // another store could hold that the real one's constraints refuse
+  // (fuzz/rows_fuzz.cc).
+  std::optional<Recovered> recovered;
+  Result<Recovered> Recover(int64_t m) override {
+    if (recovered) return *recovered;
+    return real_.Recover(m);
+  }
   void Submit(Mutation m, Done done) override {
     if (failing) {
       post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
