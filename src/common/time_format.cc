@@ -207,8 +207,10 @@ std::optional<int64_t> ParseDurationMs(std::string_view s, bool* overflow) {
       frac_num = frac_num * 10 + (frac[k] - '0');
       frac_den *= 10;
     }
-    part += (frac_num * scale + frac_den / 2) / frac_den;
-    if (__builtin_add_overflow(total, part, &total)) too_large = true;
+    if (__builtin_add_overflow(part, (frac_num * scale + frac_den / 2) / frac_den, &part) ||
+        __builtin_add_overflow(total, part, &total)) {
+      too_large = true;
+    }
   }
   if (too_large) {
     if (overflow != nullptr) *overflow = true;

@@ -79,6 +79,13 @@ TEST(TimeFormatTest, ExtremeDurationsAreExactOrRefusedAsTooLarge) {
   // Parsed exactly here, ParseMillis refuses it as past 2^32-1 s.
   EXPECT_EQ(ParseDurationMs("2562047788h"), int64_t{2562047788} * 3'600'000);
   EXPECT_FALSE(ParseDurationMs("99999999999999999999999ms", &overflow).has_value());
+  // The largest whole part plus a fraction that carries it past the limit.
+  overflow = false;
+  EXPECT_FALSE(ParseDurationMs("9223372036854775807ms1.5ms", &overflow).has_value());
+  EXPECT_TRUE(overflow);
+  overflow = false;
+  EXPECT_FALSE(ParseDurationMs("9223372036854775.807999s", &overflow).has_value());
+  EXPECT_TRUE(overflow);
   EXPECT_EQ(ParseDurationMs("2562047h"), int64_t{2562047} * 3'600'000);
 }
 
