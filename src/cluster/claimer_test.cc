@@ -206,10 +206,13 @@ TEST_F(ClaimerTest, BusyConsumersGetJobsClaimedAheadAndUnusedOnesGoBack) {
   next();
   ASSERT_TRUE(cluster_.Drive([&] { return got.size() == 40; })) << got.size();
   EXPECT_LT(a.claimer->stats().claims, 20u) << "a claim per job";
+  // What `a` holds claimed ahead now (none when its last claim happened to
+  // fit, as on a slow run) must all go back, and `b` gets the rest.
+  const uint64_t spares = a.claimer->stats().spares;
   Consumers rest;
   Consume(b, {"t"}, 1, rest);
   ASSERT_TRUE(cluster_.Drive([&] { return rest.got.size() == 20; })) << rest.got.size();
-  EXPECT_GT(a.claimer->stats().returned, 0u);
+  EXPECT_GE(a.claimer->stats().returned, spares);
   EXPECT_TRUE(cluster_.Drive([&] { return a.claimer->stats().spares == 0; }));
   std::set<uint64_t> ids;
   for (const JobRecord& j : got) ids.insert(j.id);
