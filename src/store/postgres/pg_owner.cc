@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <thread>
+
 namespace delayd::store::pg {
 namespace {
 
@@ -45,11 +48,19 @@ Status HoldDatabase(PgConn& conn, bool cluster, const std::string& node) {
   auto named =
       conn.Query("SELECT set_config('application_name', $1, false)", Params().Bytes(app), {kText});
   if (!named.ok()) return named.status();
-  auto got = conn.Query(fmt::format(
-      "SELECT {}({}, {})::int::int8",
-      cluster ? "pg_try_advisory_lock_shared" : "pg_try_advisory_lock", kOwnerKey1, kOwnerKey2));
-  if (!got.ok()) return got.status();
-  if (GetInt(got->get(), 0, 0) != 0) return Status::Ok();
+  // A holder that has just exited (a restart) keeps the lock until its
+  // server process has ended, a few ms later: try for a while before
+  // refusing.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  for (;;) {
+    auto got = conn.Query(fmt::format(
+        "SELECT {}({}, {})::int::int8",
+        cluster ? "pg_try_advisory_lock_shared" : "pg_try_advisory_lock", kOwnerKey1, kOwnerKey2));
+    if (!got.ok()) return got.status();
+    if (GetInt(got->get(), 0, 0) != 0) return Status::Ok();
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 
   auto where = conn.Query(
       "SELECT current_database()::text, coalesce(inet_server_addr()::text, 'a local socket') || "
