@@ -83,6 +83,16 @@ async function newPage(server, viewport = { width: 1280, height: 800 }) {
   await page.goto(`${server.base}/`);
   return page;
 }
+// Signs in with `token` at the prompt, then opens the page of the job with
+// key `key` in topic t.
+async function signInAndOpenJob(page, server, token, key) {
+  await page.getByLabel('API token', { exact: true }).fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await heading(page, 'Overview');
+  const job = (await server.api('GET', `/v1/topics/t/keys/${key}`)).json;
+  await page.goto(`${server.base}/#/jobs/${job.id}`);
+  await heading(page, `Job ${job.id}`);
+}
 const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
 const nav = (page, name) => page.getByRole('navigation').getByRole('link', { name, exact: true });
 const heading = (page, name) => page.getByRole('heading', { level: 1, name }).waitFor();
@@ -261,12 +271,7 @@ try {
   await guarded.getByRole('button', { name: 'Sign in' }).click();
   await guarded.getByText('The server refused this token.').waitFor();
   await shot(guarded, 'token-refused');
-  await guarded.getByLabel('API token', { exact: true }).fill('s3cret');
-  await guarded.getByRole('button', { name: 'Sign in' }).click();
-  await heading(guarded, 'Overview');
-  const k = (await t.api('GET', '/v1/topics/t/keys/k')).json;
-  await guarded.goto(`${t.base}/#/jobs/${k.id}`);
-  await heading(guarded, `Job ${k.id}`);
+  await signInAndOpenJob(guarded, t, 's3cret', 'k');
   assert.equal(await guarded.getByRole('button', { name: 'Run now' }).isVisible(), false, 'read-only: no actions');
   assert.equal(await guarded.getByRole('button', { name: 'Delete' }).isVisible(), false);
   await shot(guarded, 'job-read-only');
@@ -277,12 +282,7 @@ try {
   assert.equal((await ro.api('POST', '/v1/topics/t/jobs', { key: 'r', delay: '1h' })).status, 201);
   const reader = await newPage(ro);
   await reader.getByRole('dialog', { name: 'This server needs its API token' }).waitFor();
-  await reader.getByLabel('API token', { exact: true }).fill('read-secret');
-  await reader.getByRole('button', { name: 'Sign in' }).click();
-  await heading(reader, 'Overview');
-  const r = (await ro.api('GET', '/v1/topics/t/keys/r')).json;
-  await reader.goto(`${ro.base}/#/jobs/${r.id}`);
-  await heading(reader, `Job ${r.id}`);
+  await signInAndOpenJob(reader, ro, 'read-secret', 'r');
   assert.equal(await reader.getByRole('button', { name: 'Run now' }).isVisible(), false,
                'the read-only token: no actions');
 

@@ -2,12 +2,12 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -866,13 +866,13 @@ void PgStore::Settle(CommitQueue::Batch& batch, bool commit_in_flight) {
   const int old_pid = commit_in_flight ? committing_pid_.load() : 0;
   const int old_port = committing_port_.load();
   pg::ArrayParam ids(pg::kInt8);
-  std::vector<std::string> id_lists(batch.size());
+  std::vector<std::vector<uint64_t>> inserted(batch.size());  // each submission's new ids
   for (size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].status.ok()) continue;
     batch[i].ForEach([&](const Mutation& m) {
       if (const auto* ins = std::get_if<change::InsertJob>(&m.change)) {
         ids.Int(static_cast<int64_t>(ins->job.id));
-        id_lists[i] += (id_lists[i].empty() ? "" : ",") + std::to_string(ins->job.id);
+        inserted[i].push_back(ins->job.id);
       }
     });
   }
@@ -913,11 +913,11 @@ void PgStore::Settle(CommitQueue::Batch& batch, bool commit_in_flight) {
       return found;
     }();
     if (present.ok()) {
+      // A batch commits whole: one id of a submission tells for all of them.
       for (size_t i = 0; i < batch.size(); ++i) {
-        if (id_lists[i].empty()) continue;
-        uint64_t first = 0;
-        std::from_chars(id_lists[i].data(), id_lists[i].data() + id_lists[i].size(), first);
-        if (present->count(first) != 0) batch[i].status = Status::Ok();
+        if (!inserted[i].empty() && present->count(inserted[i].front()) != 0) {
+          batch[i].status = Status::Ok();
+        }
       }
       spdlog::info("postgres: settled a batch in doubt: {} of its jobs were kept", present->size());
       return;
@@ -928,11 +928,11 @@ void PgStore::Settle(CommitQueue::Batch& batch, bool commit_in_flight) {
   }
   spdlog::error("postgres: could not learn whether a batch was kept: {}", why);
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (id_lists[i].empty()) continue;
+    if (inserted[i].empty()) continue;
     batch[i].status = Status::Unknown(
         "the store's connection broke while these jobs were being committed, and whether they "
         "were kept could not be learned in time: look them up by id before submitting again",
-        id_lists[i]);
+        fmt::format("{}", fmt::join(inserted[i], ",")));
   }
 }
 
