@@ -212,7 +212,10 @@ TEST_F(ClaimerTest, BusyConsumersGetJobsClaimedAheadAndUnusedOnesGoBack) {
   Consumers rest;
   Consume(b, {"t"}, 1, rest);
   ASSERT_TRUE(cluster_.Drive([&] { return rest.got.size() == 20; })) << rest.got.size();
-  EXPECT_GE(a.claimer->stats().returned, spares);
+  // A put-back is counted when its write is answered, which may come after
+  // `b` has been granted the job it freed.
+  EXPECT_TRUE(cluster_.Drive([&] { return a.claimer->stats().returned >= spares; }))
+      << a.claimer->stats().returned << " of " << spares << " put back";
   EXPECT_TRUE(cluster_.Drive([&] { return a.claimer->stats().spares == 0; }));
   std::set<uint64_t> ids;
   for (const JobRecord& j : got) ids.insert(j.id);
