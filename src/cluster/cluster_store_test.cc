@@ -158,7 +158,7 @@ class ClusterStoreTest : public ::testing::Test {
   }
 
   // The database refused a shard owner's write (the lease moved).
-  static bool Fenced(const Status& s) { return store::change::IsFencedRefusal(s); }
+  static bool Fenced(const Status& s) { return s.code() == StatusCode::kFenced; }
 
   static JobRecord Job(uint64_t id, const std::string& tube, uint32_t pri = 0,
                        StoredState state = StoredState::kReady, int64_t due_ms = 0) {

@@ -218,8 +218,8 @@ void ShardClock::Fenced(int shard, Mutation m, std::function<void()> retry,
     if (s.ok()) return ok();
     auto it = owned_.find(shard);
     const bool same = it != owned_.end() && it->second == epoch;
-    if (s.code() == StatusCode::kConflict) {
-      // Only a fenced write of a shard owner fails so: the lease moved.
+    if (s.code() == StatusCode::kFenced) {
+      // The lease moved.
       ++stats_.fencing_refusals;
       if (same) {
         spdlog::warn(

@@ -25,6 +25,9 @@ std::string Status::ToString() const {
     case StatusCode::kConflict:
       name = "CONFLICT";
       break;
+    case StatusCode::kFenced:
+      name = "FENCED";
+      break;
     case StatusCode::kInternal:
       name = "INTERNAL";
       break;

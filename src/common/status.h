@@ -21,6 +21,9 @@ enum class StatusCode {
   kNoSpace,      // the store's disk is full: nothing was applied; retry once space returns
   kUnavailable,  // shutting down or draining: the client may retry later
   kConflict,     // the job exists but its state forbids the operation (reserved, not buried...)
+  // Cluster mode: a write made as a shard's owner after its lease moved to
+  // another node (doc/cluster.md, "Leases and fencing"); nothing applied.
+  kFenced,
   kInternal,
   // A write whose outcome could not be learned: the store's connection broke
   // with its commit in flight, and the store could not find out in time
@@ -43,6 +46,7 @@ class [[nodiscard]] Status {
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status Conflict(std::string m) { return {StatusCode::kConflict, std::move(m)}; }
+  static Status Fenced(std::string m) { return {StatusCode::kFenced, std::move(m)}; }
   // kUnknown; `ids` ("12,13") are the jobs a client should look up before
   // it submits them again.
   static Status Unknown(std::string m, std::string ids = "") {

@@ -91,6 +91,7 @@ ProblemKind KindOf(StatusCode c) {
     case StatusCode::kConflict:
       return {409, "conflict", "Conflict with the job's state"};
     case StatusCode::kUnavailable:
+    case StatusCode::kFenced:  // this node no longer owns the shard: another node will
       return {503, "unavailable", "Unavailable, try again later"};
     case StatusCode::kIoError:  // the store failed: nothing was applied; retry later
       return {503, "storage-unavailable",

@@ -86,8 +86,8 @@ void CommitQueue::WriterLoop() {
     const auto started = std::chrono::steady_clock::now();
     Status s = backend_.Commit(batch);
     commit_seconds_.ObserveMicros(MicrosSince(started));
-    // A conflict (a taken key or name) is the client's, answered as such.
-    const bool failed = !s.ok() && s.code() != StatusCode::kConflict;
+    // A refusal of one submission (a taken key, a lease moved) is its own.
+    const bool failed = !s.ok() && !RefusedAlone(s);
     if (failed) spdlog::error("store: batch of {} failed: {}", batch.size(), s.ToString());
     {
       std::lock_guard lock(mu_);

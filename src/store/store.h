@@ -52,6 +52,13 @@ enum class Durability : uint8_t {
   kWritten,
 };
 
+// A submission refused on its own (kConflict: a taken key or name, a row
+// changed by another node; kFenced: a lease moved) changed nothing, and the
+// rest of its batch may commit. Any other failure is the whole batch's.
+inline bool RefusedAlone(const Status& s) {
+  return s.code() == StatusCode::kConflict || s.code() == StatusCode::kFenced;
+}
+
 // The changes a mutation can make, one struct each.
 namespace change {
 struct InsertJob {
@@ -96,18 +103,13 @@ struct DeleteTimer {  // removes the timer and its fires
   uint64_t id = 0;
 };
 // Cluster mode (PostgreSQL only): writes a node makes as the owner of a
-// shard. Each is fenced: it fails alone with kConflict, changing nothing,
+// shard. Each is fenced: it fails alone with kFenced, changing nothing,
 // unless this node still holds the shard's lease at `epoch` when it commits
 // (doc/cluster.md, "Leases and fencing").
 struct Fence {
   int shard = 0;
   int64_t epoch = 0;
 };
-// The message of every fenced write's refusal starts so: the lease moved.
-inline constexpr std::string_view kFencedPrefix = "fenced: ";
-inline bool IsFencedRefusal(const Status& s) {
-  return s.code() == StatusCode::kConflict && s.message().rfind(kFencedPrefix, 0) == 0;
-}
 
 // Sets the timer's next and last fire times and records `fires`; fails if
 // one of those fire times was recorded before. With a fence (cluster mode:

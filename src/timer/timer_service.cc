@@ -432,7 +432,7 @@ void TimerService::Fired(uint64_t id, uint64_t generation, const Status& s, int6
     } else {
       Queue(t, next_ms - Lead(t.record));
     }
-  } else if (store::change::IsFencedRefusal(s)) {
+  } else if (s.code() == StatusCode::kFenced) {
     // The lease moved before this node heard: the shard's timers are the
     // next owner's, and none of them fires here until the lease is held again.
     spdlog::info("timers: timer {} is the shard's next owner's (lease lost)", id);

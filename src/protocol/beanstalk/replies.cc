@@ -14,6 +14,7 @@ std::string_view StatusReply(const Status& s, std::string_view ok) {
     case StatusCode::kConflict:  // beanstalkd: a job in the wrong state is not found
       return reply::kNotFound;
     case StatusCode::kUnavailable:
+    case StatusCode::kFenced:  // this node no longer owns the shard: another node will
       return reply::kDraining;
     case StatusCode::kNoSpace:  // as beanstalkd when its binlog cannot reserve space
       return reply::kOutOfMemory;

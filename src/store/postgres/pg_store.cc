@@ -552,19 +552,19 @@ class PgStore::Batcher {
     if (inserts_->rows() >= kInsertRows) SendInserts();
   }
   // Queues a statement. With `if_none`, changing (or returning) no row is a
-  // kConflict saying `if_none`: the submission's own failure when `own` is
-  // given (the statement changed nothing, so the rest may commit), else the
-  // batch's.
-  void Send(const char* name, const Params& p, const char* if_none = nullptr,
-            Status* own = nullptr) {
+  // `refused` status saying `if_none`: the submission's own failure when
+  // `own` is given (the statement changed nothing, so the rest may commit),
+  // else the batch's.
+  void Send(const char* name, const Params& p, const char* if_none = nullptr, Status* own = nullptr,
+            StatusCode refused = StatusCode::kConflict) {
     SendInserts();
     if (!status_.ok()) return;
-    Track(conn_.Send(name, p), {if_none, own});
+    Track(conn_.Send(name, p), {if_none, own, refused});
   }
   void Sql(const char* sql) {
     SendInserts();
     if (!status_.ok()) return;
-    Track(conn_.SendSql(sql), {nullptr, nullptr});
+    Track(conn_.SendSql(sql), {nullptr, nullptr, StatusCode::kConflict});
   }
   // Whether a statement sent since the last Flush may fail the batch by
   // changing no row: its result must be read before the transaction commits.
@@ -584,10 +584,10 @@ class PgStore::Batcher {
       Status one = s.ok() ? conn_.Next(&changed) : s;
       if (one.ok() && st.if_none != nullptr && changed == 0) {
         if (st.own != nullptr) {
-          *st.own = Status::Conflict(st.if_none);
+          *st.own = Status(st.refused, st.if_none);
           continue;
         }
-        one = Status::Conflict(st.if_none);
+        one = Status(st.refused, st.if_none);
       }
       if (first.ok() && !one.ok()) first = one;
     }
@@ -600,6 +600,7 @@ class PgStore::Batcher {
   struct Sent {
     const char* if_none;  // Send's
     Status* own;
+    StatusCode refused;
   };
 
   void SendInserts() {
@@ -607,7 +608,7 @@ class PgStore::Batcher {
     Params p = inserts_->ToParams();
     inserts_.reset();
     if (!status_.ok()) return;
-    Track(conn_.Send("insert", p), {nullptr, nullptr});
+    Track(conn_.Send("insert", p), {nullptr, nullptr, StatusCode::kConflict});
   }
   void Track(Status s, Sent sent) {
     if (!s.ok()) {
@@ -991,9 +992,8 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   // and fails its submission only; `own` is that submission's status when
   // it is checked in its one statement, else null (a savepoint catches it).
   constexpr const char* kChanged = "the job was changed by another node, or is gone";
-  constexpr const char* kFenced = "fenced: this node no longer holds the shard's lease";
-  static_assert(std::string_view(kFenced).substr(0, change::kFencedPrefix.size()) ==
-                change::kFencedPrefix);
+  constexpr const char* kFenced = "this node no longer holds the shard's lease";
+  constexpr StatusCode kFencedCode = StatusCode::kFenced;
   auto guard = [](std::optional<uint64_t> v) { return v ? kChanged : nullptr; };
   auto apply = [&](const Mutation& m, Status* own) {
     std::visit(
@@ -1063,7 +1063,7 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
                 const int64_t fenced_shard = x.fence->shard == shard ? shard : -1;
                 b.Send("fence",
                        Params().Int(fenced_shard).Bytes(options_.node_id).Int(x.fence->epoch),
-                       kFenced);
+                       kFenced, nullptr, kFencedCode);
               }
               b.Send("timer_advance",
                      Params().Int(shard).Int(id).Int(x.next_fire_ms).Int(x.last_fire_ms),
@@ -1089,7 +1089,7 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
                          .Int(x.fence.epoch)
                          .Array(ids)
                          .Int(x.now_ms),
-                     kFenced, own);
+                     kFenced, own, kFencedCode);
             },
             [&](const change::RequeueExpired& x) {
               b.Send("requeue",
@@ -1098,7 +1098,7 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
                          .Bytes(options_.node_id)
                          .Int(x.fence.epoch)
                          .Int(x.before_ms),
-                     kFenced, own);
+                     kFenced, own, kFencedCode);
             },
         },
         m.change);
@@ -1142,7 +1142,7 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
     b.Sql("SAVEPOINT one");
     p.ForEach([&](const Mutation& m) { apply(m, nullptr); });
     Status one = b.Flush();
-    if (one.code() == StatusCode::kConflict) {
+    if (RefusedAlone(one)) {
       b.Sql("ROLLBACK TO SAVEPOINT one");
       p.status = one;  // this submission fails alone
       max_id = max_id_before;
