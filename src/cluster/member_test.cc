@@ -9,12 +9,17 @@
 #include <chrono>
 #include <set>
 
-#include "store/postgres/pg_schema.h"
 #include "store/testing/inbox.h"
+#include "store/testing/pg_node.h"
 #include "store/testing/pg_test_db.h"
 
 namespace delayd::cluster {
 namespace {
+
+using store::ClusterView;
+using store::Lease;
+using store::NodeView;
+using store::ShardView;
 
 using Steady = std::chrono::steady_clock;
 constexpr int kShards = 12;
@@ -23,10 +28,7 @@ class MemberTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_FALSE(db_.uri().empty()) << db_.error();
-    auto c = store::pg::PgConn::Connect(db_.uri(), "member-test");
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    int shards = 0;
-    ASSERT_TRUE(store::pg::Migrate(**c, kShards, &shards).ok());
+    store::testing::MakeSchema(db_.uri(), kShards);
   }
 
   // A member and the leases it handed on last.
@@ -43,15 +45,13 @@ class MemberTest : public ::testing::Test {
   std::unique_ptr<Running> Start(const std::string& id, int64_t lease_ms) {
     auto r = std::make_unique<Running>();
     Running* p = r.get();
-    auto m = Member::Start({.conninfo = db_.uri(),
-                            .node_id = id,
-                            .lease_ms = lease_ms,
-                            .beanstalk = id + ":11300",
-                            .http = id + ":8080"},
-                           inbox_.executor(), [p](std::vector<Lease> held) {
-                             p->held = std::move(held);
-                             ++p->handed;
-                           });
+    auto m = Member::Start(
+        store::testing::OpenLeaseTable(db_.uri(), {.node_id = id, .lease_ms = lease_ms}),
+        {.beanstalk = id + ":11300", .http = id + ":8080"}, inbox_.executor(),
+        [p](std::vector<Lease> held) {
+          p->held = std::move(held);
+          ++p->handed;
+        });
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     if (m.ok()) r->member = std::move(m).value();
     return r;

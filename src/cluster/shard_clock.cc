@@ -23,9 +23,9 @@ ShardClock::ShardClock(store::Store& store, store::SharedQueue& queue, const Clo
                        ShardClockOptions options, WakeFn wake)
     : store_(store), queue_(queue), clock_(clock), options_(options), wake_(std::move(wake)) {}
 
-void ShardClock::SetLeases(const std::vector<Lease>& held) {
+void ShardClock::SetLeases(const std::vector<store::Lease>& held) {
   std::map<int, int64_t> now;
-  for (const Lease& l : held) now[l.shard] = l.epoch;
+  for (const store::Lease& l : held) now[l.shard] = l.epoch;
   std::vector<int> lost;
   for (const auto& [shard, epoch] : owned_) {
     if (now.count(shard) == 0) lost.push_back(shard);

@@ -34,9 +34,9 @@
 #include <tuple>
 #include <vector>
 
-#include "cluster/leases.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "store/lease_table.h"
 #include "store/shared_queue.h"
 #include "store/store.h"
 
@@ -78,9 +78,9 @@ class ShardClock {
   ShardClock(const ShardClock&) = delete;
   ShardClock& operator=(const ShardClock&) = delete;
 
-  // The leases held after a round (Leases::Round): shards taken are loaded,
+  // The leases held after a round (store::LeaseTable::Round): shards taken are loaded,
   // shards lost are dropped, a shard held at a new epoch is loaded again.
-  void SetLeases(const std::vector<Lease>& held);
+  void SetLeases(const std::vector<store::Lease>& held);
   // Notices heard (SharedQueue::Listen): due notices of owned shards are
   // kept; kListening (notices may have been missed) loads every shard again.
   void Hear(const std::vector<store::Notice>& notices);

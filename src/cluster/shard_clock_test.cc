@@ -15,7 +15,6 @@
 
 #include "cluster/testing/flaky_queue.h"
 #include "cluster/testing/test_node.h"
-#include "store/postgres/pg_store.h"
 #include "store/testing/inbox.h"
 #include "store/testing/pg_test_db.h"
 
@@ -197,7 +196,7 @@ TEST_F(ShardClockTest, ReloadsHoldEachJobOnceAndALostShardIsDropped) {
   EXPECT_EQ(a.clock->stats().held, 40u);
 
   // Keep only shard 0..3.
-  std::vector<Lease> keep;
+  std::vector<store::Lease> keep;
   size_t kept = 0;
   for (int s = 0; s < 4; ++s) {
     keep.push_back({s, 1});

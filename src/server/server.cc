@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/time_format.h"
+#include "store/postgres/pg_leases.h"
 #include "store/postgres/pg_store.h"
 #include "store/sqlite/sqlite_store.h"
 
@@ -414,18 +415,17 @@ Status Server::StartCluster(const std::string& beanstalk, const std::string& htt
     timers_->Hear(notices);
   });
   if (!s.ok()) return s;
+  auto table = store::pg::PgLeaseTable::Open(config_.store,
+                                             {.node_id = node_id_, .lease_ms = config_.lease_ms});
+  if (!table.ok()) return table.status();
   auto member = cluster::Member::Start(
-      {.conninfo = config_.store,
-       .node_id = node_id_,
-       .lease_ms = config_.lease_ms,
-       .beanstalk = beanstalk,
-       .http = http},
+      std::move(table).value(), {.beanstalk = beanstalk, .http = http},
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); },
-      [this](std::vector<cluster::Lease> held) {
+      [this](std::vector<store::Lease> held) {
         shard_clock_->SetLeases(held);
         std::vector<int> shards;
         std::map<int, int64_t> epochs;
-        for (const cluster::Lease& l : held) {
+        for (const store::Lease& l : held) {
           shards.push_back(l.shard);
           epochs[l.shard] = l.epoch;
         }
@@ -507,10 +507,10 @@ void Server::ScheduleFigures() {
 }
 
 void Server::ClusterView(std::function<void(Result<nlohmann::json>)> done) {
-  member_->View([this, done = std::move(done)](Result<cluster::ClusterView> view) {
+  member_->View([this, done = std::move(done)](Result<store::ClusterView> view) {
     if (!view.ok()) return done(view.status());
     nlohmann::json nodes = nlohmann::json::array();
-    for (const cluster::NodeView& n : view->nodes) {
+    for (const store::NodeView& n : view->nodes) {
       nlohmann::json figures =
           nlohmann::json::parse(n.figures, nullptr, /*allow_exceptions=*/false);
       nodes.push_back({{"id", n.id},
@@ -523,7 +523,7 @@ void Server::ClusterView(std::function<void(Result<nlohmann::json>)> done) {
                        {"figures", figures.is_discarded() ? nlohmann::json(nullptr) : figures}});
     }
     nlohmann::json shards = nlohmann::json::array();
-    for (const cluster::ShardView& s : view->shards) {
+    for (const store::ShardView& s : view->shards) {
       shards.push_back(
           {{"shard", s.shard},
            {"owner", s.owner.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.owner)},

@@ -1,6 +1,6 @@
 // Test support: nodes of a cluster on a test database. A TestNode is a
-// store (a PgStore with the node's id) and its leases, on a connection of
-// their own, and, when asked for, a shard clock and a claimer hearing the
+// store node (store/testing/pg_node.h: a PgStore with the node's id and its
+// lease table) and, when asked for, a shard clock and a claimer hearing the
 // store's notices. A TestCluster starts nodes and drives them: it runs the
 // store answers (the Inbox) and ticks what asked to be woken.
 #pragma once
@@ -16,50 +16,27 @@
 #include <vector>
 
 #include "cluster/claimer.h"
-#include "cluster/leases.h"
 #include "cluster/shard_clock.h"
 #include "common/clock.h"
 #include "common/executor.h"
-#include "store/postgres/pg_store.h"
 #include "store/testing/inbox.h"
+#include "store/testing/pg_node.h"
 
 namespace delayd::cluster::testing {
 
-struct TestNode {
-  std::string id;
-  std::unique_ptr<store::PgStore> store;
-  std::unique_ptr<Leases> leases;
-  std::unique_ptr<store::pg::PgConn> conn;
-  std::map<int, int64_t> held;  // shard -> epoch, after the last round
+struct TestNode : store::testing::PgNode {
   std::unique_ptr<ShardClock> clock;
   std::unique_ptr<Claimer> claimer;
   int64_t clock_wake_us = INT64_MAX;
   int64_t claimer_wake_us = INT64_MAX;
   bool stalled = false;  // neither ticks nor renews (a SIGSTOP)
 
-  // Opens the store and the connection; a failure fails the test.
-  void Open(const std::string& uri, std::string node_id, int shards, int64_t lease_ms,
-            Executor executor) {
-    id = std::move(node_id);
-    auto s = store::PgStore::Open({.conninfo = uri, .shards = shards, .node_id = id},
-                                  std::move(executor));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store = std::move(s).value();
-    auto c = store::pg::PgConn::Connect(uri, id.c_str());
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    conn = std::move(c).value();
-    leases = std::make_unique<Leases>(LeaseOptions{.node_id = id, .lease_ms = lease_ms});
-  }
   // One round of the leases; returns what it holds after it, which the
   // clock, if any, takes.
-  std::vector<Lease> Round() {
-    auto r = leases->Round(*conn);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    held.clear();
-    if (!r.ok()) return {};
-    for (const Lease& l : *r) held[l.shard] = l.epoch;
-    if (clock) clock->SetLeases(*r);
-    return *r;
+  std::vector<store::Lease> Round() {
+    std::vector<store::Lease> now = PgNode::Round();
+    if (clock) clock->SetLeases(now);
+    return now;
   }
   // Ticks what asked to be woken by `now_us` (steady), unless stalled.
   void TickDue(int64_t now_us) {
@@ -72,22 +49,6 @@ struct TestNode {
       claimer_wake_us = INT64_MAX;
       claimer->Tick();
     }
-  }
-  // Submits `m` and runs `inbox` (the store's executor) until it is answered.
-  Status Apply(store::Mutation m, store::testing::Inbox& inbox) {
-    std::atomic<int> done{0};
-    Status out;
-    store->Submit(std::move(m), [&](const Status& s) {
-      out = s;
-      ++done;
-    });
-    inbox.RunUntil(done, 1);
-    return out;
-  }
-  // The fence of a shard as this node last held it (epoch 0: never).
-  store::change::Fence Fence(int shard) const {
-    auto it = held.find(shard);
-    return {shard, it == held.end() ? 0 : it->second};
   }
 };
 

@@ -13,27 +13,22 @@
 #include <set>
 #include <thread>
 
-#include "cluster/leases.h"
-#include "cluster/testing/test_node.h"
+#include "store/postgres/pg_leases.h"
 #include "store/postgres/pg_schema.h"
 #include "store/postgres/pg_store.h"
 #include "store/testing/inbox.h"
+#include "store/testing/pg_node.h"
 #include "store/testing/pg_test_db.h"
 
-namespace delayd::cluster {
+namespace delayd::store {
 namespace {
 
-using store::ClaimQuery;
-using store::JobRecord;
-using store::Mutation;
-using store::Notice;
-using store::StoredState;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kShards = 8;
 constexpr int64_t kNow = 1'800'000'000'000;  // a wall ms the jobs are due against
 
-using Node = testing::TestNode;
+using Node = testing::PgNode;
 
 class ClusterStoreTest : public ::testing::Test {
  protected:
@@ -173,8 +168,8 @@ class ClusterStoreTest : public ::testing::Test {
     return j;
   }
 
-  store::testing::PgTestDb db_;
-  store::testing::Inbox inbox_;
+  testing::PgTestDb db_;
+  testing::Inbox inbox_;
 };
 
 // Two nodes claiming the same tube at the same moment: every job goes to
@@ -315,11 +310,10 @@ TEST_F(ClusterStoreTest, RenewalsAndFencedWritesOfOneOwnerNeverDeadlock) {
   std::atomic<bool> writing{true};
   std::atomic<int> round_failures{0};
   std::thread renewer([&] {
-    auto conn = store::pg::PgConn::Connect(db_.uri(), "renewer");
-    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
-    Leases leases(LeaseOptions{.node_id = "a", .lease_ms = 60'000});
+    auto leases = pg::PgLeaseTable::Open(db_.uri(), {.node_id = "a", .lease_ms = 60'000});
+    ASSERT_TRUE(leases.ok()) << leases.status().ToString();
     while (writing) {
-      if (!leases.Round(**conn).ok()) ++round_failures;
+      if (!(*leases)->Round().ok()) ++round_failures;
     }
   });
   int batch_failures = 0;
@@ -378,7 +372,7 @@ TEST_F(ClusterStoreTest, TheQueueIsReadFromTheDatabase) {
   auto counts = a->store->CountJobs(std::nullopt);
   ASSERT_TRUE(counts.ok()) << counts.status().ToString();
   ASSERT_EQ(counts->size(), 2u);
-  const store::TubeCount& x = (*counts)[0];
+  const TubeCount& x = (*counts)[0];
   EXPECT_EQ(x.tube, "x");
   EXPECT_EQ(x.ready, 3u);
   EXPECT_EQ(x.urgent, 2u);
@@ -545,7 +539,7 @@ TEST_F(ClusterStoreTest, AStaleOwnerIsFencedOnceItsLeaseMoved) {
   // b leaves and a takes the shards back, at new epochs: what a decided
   // under its old lease is still refused, since b may have changed the shard
   // in between.
-  ASSERT_TRUE(b->leases->Leave(*b->conn).ok());
+  ASSERT_TRUE(b->leases->Leave().ok());
   a->Round();
   ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards));
   EXPECT_GT(a->Fence(shard1).epoch, b->Fence(shard1).epoch);
@@ -565,16 +559,16 @@ TEST_F(ClusterStoreTest, ATimerFireCommitsWithItsAdvanceOnlyUnderTheLease) {
   auto a = Start("a", /*lease_ms=*/300);
   auto b = Start("b", /*lease_ms=*/300);
   a->Round();
-  store::TimerRecord t;
+  TimerRecord t;
   t.id = 5;
   t.name = "every-minute";
   t.definition = "{}";
   t.next_fire_ms = kNow;
   t.created_ms = kNow - 1000;
   ASSERT_TRUE(Apply(*a, Mutation::TimerPut(t)).ok());
-  const int shard = store::pg::TimerShard(t.id, kShards);
+  const int shard = pg::TimerShard(t.id, kShards);
 
-  auto fire = [&](Node& n, store::change::Fence f, uint64_t job, int64_t fire_ms) {
+  auto fire = [&](Node& n, change::Fence f, uint64_t job, int64_t fire_ms) {
     std::vector<Mutation> ms;
     ms.push_back(Mutation::Insert(Job(job, "timer")));
     ms.push_back(Mutation::TimerAdvance(t.id, fire_ms + 60'000, fire_ms,
@@ -797,7 +791,7 @@ TEST_F(ClusterStoreTest, TimerIdsAreTheDatabasesAndOwnersReadTheirShardsTimers) 
   auto b = Start("b");
   auto heard = Listening(*b);
   ASSERT_NE(heard, nullptr);
-  store::TimerRecord stored;
+  TimerRecord stored;
   stored.id = 7;
   stored.name = "seven";
   stored.definition = "{}";
@@ -825,7 +819,7 @@ TEST_F(ClusterStoreTest, TimerIdsAreTheDatabasesAndOwnersReadTheirShardsTimers) 
 
   std::map<int, std::set<uint64_t>> of_shard;
   for (uint64_t id : ids) {
-    store::TimerRecord t;
+    TimerRecord t;
     t.id = id;
     t.name = "t" + std::to_string(id);
     t.definition = "{}";
@@ -838,7 +832,7 @@ TEST_F(ClusterStoreTest, TimerIdsAreTheDatabasesAndOwnersReadTheirShardsTimers) 
   auto rows = b->store->TimersDueOf({shard}, 0, 0, kNow + 1'000'000, 1000);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   std::set<uint64_t> read;
-  for (const store::TimerRecord& t : *rows) read.insert(t.id);
+  for (const TimerRecord& t : *rows) read.insert(t.id);
   if (a->store->TimerShardOf(7) == shard) of_shard[shard].insert(7);
   EXPECT_EQ(read, of_shard[shard]);
 
@@ -869,4 +863,4 @@ TEST_F(ClusterStoreTest, TheListenerReconnectsAndSaysSo) {
 }
 
 }  // namespace
-}  // namespace delayd::cluster
+}  // namespace delayd::store

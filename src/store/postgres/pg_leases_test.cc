@@ -1,7 +1,7 @@
 // Shard leases on a real PostgreSQL: fair shares as nodes join, expiry of a
 // node that stops renewing, hand-over on leave, and epochs that rise with
 // every change of owner.
-#include "cluster/leases.h"
+#include "store/postgres/pg_leases.h"
 
 #include <gtest/gtest.h>
 
@@ -14,10 +14,8 @@
 #include "store/postgres/pg_schema.h"
 #include "store/testing/pg_test_db.h"
 
-namespace delayd::cluster {
+namespace delayd::store::pg {
 namespace {
-
-using store::pg::PgConn;
 
 constexpr int kShards = 16;
 
@@ -28,16 +26,15 @@ class LeasesTest : public ::testing::Test {
     auto c = PgConn::Connect(db_.uri(), "leases-test");
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     int shards = 0;
-    ASSERT_TRUE(store::pg::Migrate(**c, kShards, &shards).ok());
+    ASSERT_TRUE(Migrate(**c, kShards, &shards).ok());
     ASSERT_EQ(shards, kShards);
   }
   // A node of its own, on a connection of its own.
   struct Node {
-    Leases leases;
-    std::unique_ptr<PgConn> conn;
+    std::unique_ptr<PgLeaseTable> leases;
     std::vector<Lease> held;
     void Round() {
-      auto r = leases.Round(*conn);
+      auto r = leases->Round();
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       held = *r;
     }
@@ -48,10 +45,9 @@ class LeasesTest : public ::testing::Test {
     }
   };
   std::unique_ptr<Node> Start(const std::string& id, int64_t lease_ms = 60'000) {
-    auto c = PgConn::Connect(db_.uri(), id.c_str());
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return std::make_unique<Node>(
-        Node{Leases({.node_id = id, .lease_ms = lease_ms}), std::move(c).value(), {}});
+    auto t = PgLeaseTable::Open(db_.uri(), {.node_id = id, .lease_ms = lease_ms});
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return std::make_unique<Node>(Node{std::move(t).value(), {}});
   }
   // The owner and epoch of every shard, as the table has them.
   std::map<int, std::pair<std::string, int64_t>> Table() {
@@ -73,7 +69,7 @@ class LeasesTest : public ::testing::Test {
     for (Node* n : nodes) {
       for (const Lease& l : n->held) {
         ++holders[l.shard];
-        EXPECT_EQ(table[l.shard].first, n->leases.options().node_id) << "shard " << l.shard;
+        EXPECT_EQ(table[l.shard].first, n->leases->options().node_id) << "shard " << l.shard;
         EXPECT_EQ(table[l.shard].second, l.epoch) << "shard " << l.shard;
       }
     }
@@ -111,8 +107,8 @@ TEST_F(LeasesTest, NodesThatJoinGetAFairShareWithinAFewRounds) {
   ExpectOneOwnerEach({a.get(), b.get(), c.get()});
   const size_t most = (kShards + 2) / 3 + 1;
   for (Node* n : {a.get(), b.get(), c.get()}) {
-    EXPECT_LE(n->held.size(), most) << n->leases.options().node_id;
-    EXPECT_GE(n->held.size(), 1u) << n->leases.options().node_id;
+    EXPECT_LE(n->held.size(), most) << n->leases->options().node_id;
+    EXPECT_GE(n->held.size(), 1u) << n->leases->options().node_id;
   }
   for (const Lease& l : b->held) EXPECT_GT(l.epoch, before.at(l.shard).second);
   for (const Lease& l : c->held) EXPECT_GT(l.epoch, before.at(l.shard).second);
@@ -163,7 +159,7 @@ TEST_F(LeasesTest, LeaveHandsTheShardsOverAtOnce) {
   }
   ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards / 2));
   const std::vector<Lease> a_had = a->held;
-  ASSERT_TRUE(a->leases.Leave(*a->conn).ok());
+  ASSERT_TRUE(a->leases->Leave().ok());
   b->Round();
   ASSERT_EQ(b->held.size(), static_cast<size_t>(kShards));
   std::map<int, int64_t> b_epoch;
@@ -223,4 +219,4 @@ TEST_F(LeasesTest, ConcurrentRoundsNeverTakeAShardFromALiveOwner) {
 }
 
 }  // namespace
-}  // namespace delayd::cluster
+}  // namespace delayd::store::pg
