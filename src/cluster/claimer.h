@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "engine/shared_seams.h"
 #include "store/shared_queue.h"
 #include "store/store.h"
 
@@ -61,11 +62,8 @@ struct ClaimerStats {
   uint64_t failures = 0;  // claims that failed, made again
 };
 
-class Claimer {
+class Claimer final : public engine::Claims {
  public:
-  using WaiterId = uint64_t;
-  // A job claimed for the waiter: kReserved by this node, with its version.
-  using Granted = std::function<void(store::JobRecord)>;
   using WakeFn = std::function<void(int64_t steady_us)>;
 
   Claimer(store::Store& store, store::SharedQueue& queue, const Clock& clock,
@@ -77,18 +75,18 @@ class Claimer {
   // the claim's time. `granted` runs once, unless Cancel comes first; with a
   // job claimed ahead at hand it runs before Wait returns, and Wait returns
   // 0 (no waiter to cancel).
-  WaiterId Wait(std::vector<std::string> tubes, Granted granted);
+  WaiterId Wait(std::vector<std::string> tubes, Granted granted) override;
   // A job of `tubes` claimed ahead, if one is at hand (a reserve that will
   // not wait looks here before claiming).
-  std::optional<store::JobRecord> TakeSpare(std::vector<std::string> tubes);
+  std::optional<store::JobRecord> TakeSpare(std::vector<std::string> tubes) override;
   // Stops waiting; a job claimed for it later goes back to ready.
-  void Cancel(WaiterId id);
+  void Cancel(WaiterId id) override;
   void Hear(const std::vector<store::Notice>& notices);
   // Makes the claims that failed and are due again.
   void Tick();
   // Puts a job claimed for nobody back to ready, its reservation uncounted,
   // guarded by the version the claim gave it.
-  void Return(store::JobRecord j);
+  void Return(store::JobRecord j) override;
 
   ClaimerStats stats() const;
 

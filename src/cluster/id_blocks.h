@@ -18,24 +18,25 @@
 #include <utility>
 
 #include "common/status.h"
+#include "engine/shared_seams.h"
 #include "store/shared_queue.h"
 
 namespace delayd::cluster {
 
-class IdBlocks {
+class IdBlocks final : public engine::IdSource {
  public:
   explicit IdBlocks(store::SharedQueue& queue, uint64_t block = 1024);
   IdBlocks(const IdBlocks&) = delete;
   IdBlocks& operator=(const IdBlocks&) = delete;
 
   // How many ids are at hand.
-  uint64_t available() const { return available_; }
+  uint64_t available() const override { return available_; }
   // The next id. REQUIRES: available() > 0.
-  uint64_t Next();
+  uint64_t Next() override;
   // Runs `then` once `n` ids are at hand (at once if they are), or with the
   // error of a block that could not be taken. Waiters are served in order;
   // `then` takes its ids at once (Next), before the next waiter is served.
-  void Wait(uint64_t n, std::function<void(const Status&)> then);
+  void Wait(uint64_t n, std::function<void(const Status&)> then) override;
 
  private:
   void Refill();

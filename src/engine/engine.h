@@ -33,14 +33,13 @@
 // shared by every node. Memory then holds clients, tubes, waiters and the
 // jobs this node's clients hold (with the row version their claim gave
 // them); ready, delayed and buried jobs are rows. A waiter is served by a
-// claim (cluster::Claimer), a put takes its id from a block
-// (cluster::IdBlocks), and every write of a job read from the database is
-// guarded by the version it was read at: a job another node changed
-// meanwhile answers kNotFound, as beanstalkd answers for a reservation that
-// ran out. A job a transition brings into memory (a kick, a delete) leaves
-// it once its write is answered. Peeks and counts are read from the
-// database: `stats` counts the cluster's jobs; the counters of commands
-// (total-jobs, cmd-*, job-timeouts) are this node's.
+// claim (engine::Claims, which cluster::Claimer implements), a put takes
+// its id from a block (engine::IdSource: cluster::IdBlocks), and every write of a job read from the
+// database is guarded by the version it was read at: a job another node changed meanwhile answers
+// kNotFound, as beanstalkd answers for a reservation that ran out. A job a transition brings into
+// memory (a kick, a delete) leaves it once its write is answered. Peeks and counts are read from
+// the database: `stats` counts the cluster's jobs; the counters of commands (total-jobs, cmd-*,
+// job-timeouts) are this node's.
 //
 // Threading: not thread-safe. Every method, and every callback it makes, runs
 // on the one thread that owns the engine (the server's event loop).
@@ -57,13 +56,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cluster/claimer.h"
-#include "cluster/id_blocks.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "engine/api_types.h"
 #include "engine/events.h"
+#include "engine/shared_seams.h"
 #include "engine/stats.h"
 #include "engine/types.h"
 #include "store/shared_queue.h"
@@ -115,7 +113,7 @@ class Engine {
   // Cluster mode: the queue is `queue`'s (the store's SharedQueue), waiters
   // are served by `claimer` and puts take ids from `ids`. Call before
   // Recover; all three must outlive the engine.
-  void JoinCluster(store::SharedQueue& queue, cluster::Claimer& claimer, cluster::IdBlocks& ids);
+  void JoinCluster(store::SharedQueue& queue, Claims& claimer, IdSource& ids);
   bool clustered() const { return shared_ != nullptr; }
   // Cluster mode: notices heard from the database (a tube changed, push jobs
   // of an owned shard became ready).
@@ -525,8 +523,8 @@ class Engine {
   store::Store& store_;
   // Cluster mode only (JoinCluster); null on one node.
   store::SharedQueue* shared_ = nullptr;
-  cluster::Claimer* claimer_ = nullptr;
-  cluster::IdBlocks* ids_ = nullptr;
+  Claims* claimer_ = nullptr;
+  IdSource* ids_ = nullptr;
   Client* remote_holder_ = nullptr;  // holds jobs adopted reserved by another node
   // Claims answered for a client while the job was still in memory (a write
   // of it pending): adopted once it leaves.

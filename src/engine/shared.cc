@@ -15,8 +15,7 @@ namespace delayd::engine {
 using store::JobRecord;
 using store::StoredState;
 
-void Engine::JoinCluster(store::SharedQueue& queue, cluster::Claimer& claimer,
-                         cluster::IdBlocks& ids) {
+void Engine::JoinCluster(store::SharedQueue& queue, Claims& claimer, IdSource& ids) {
   shared_ = &queue;
   claimer_ = &claimer;
   ids_ = &ids;

@@ -171,7 +171,7 @@ struct Client {
   int64_t wait_until_us = -1;  // steady us when a reserve-with-timeout gives up; -1: never
   EngineTimer timer;           // the earlier of wait_until_us and deadline-soon
   uint32_t reads = 0;          // reads aside in flight on its behalf
-  uint64_t claim = 0;          // cluster mode: its cluster::Claimer waiter; 0: none
+  uint64_t claim = 0;          // cluster mode: its engine::Claims waiter; 0: none
   bool gone = false;           // disconnected while reads were in flight
 };
 
