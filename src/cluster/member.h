@@ -3,8 +3,8 @@
 // On a thread of its own, with a lease table of its own (store/lease_table.h),
 // a member runs a lease round every lease/3 and hands the leases it holds
 // after each to the event loop, where the shard clock takes them
-// (ShardClock::SetLeases). With each round it records the node's addresses
-// and figures in its row of the table, for the cluster view.
+// (as a store::Ownership, ShardClock::SetOwnership). With each round it records the node's
+// addresses and figures in its row of the table, for the cluster view.
 //
 // A round that fails (the database is unreachable) changes nothing, and the
 // leases held at the last good round stay valid until that round's start

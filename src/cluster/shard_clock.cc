@@ -23,21 +23,18 @@ ShardClock::ShardClock(store::Store& store, store::SharedQueue& queue, const Clo
                        ShardClockOptions options, WakeFn wake)
     : store_(store), queue_(queue), clock_(clock), options_(options), wake_(std::move(wake)) {}
 
-void ShardClock::SetLeases(const std::vector<store::Lease>& held) {
-  std::map<int, int64_t> now;
-  for (const store::Lease& l : held) now[l.shard] = l.epoch;
-  std::vector<int> lost;
-  for (const auto& [shard, epoch] : owned_) {
-    if (now.count(shard) == 0) lost.push_back(shard);
-  }
-  for (int shard : lost) Drop(shard);
-  for (const auto& [shard, epoch] : now) {
-    auto it = owned_.find(shard);
-    if (it != owned_.end() && it->second == epoch) continue;
-    // Taken, or held again at a new epoch: another owner may have changed
-    // the shard meanwhile, unheard by this clock.
-    owned_[shard] = epoch;
-    Pend(shard);
+void ShardClock::SetOwnership(const store::Ownership& now) {
+  const store::Ownership::Change change = now.Since(held_);
+  held_ = now;
+  for (int shard : change.lost) Drop(shard);
+  // Taken, or held again at a new epoch: another owner may have changed the
+  // shard meanwhile, unheard by this clock. (A shard dropped on a fenced
+  // refusal comes back only at a higher epoch: retaken.)
+  for (const std::vector<int>* taken : {&change.gained, &change.retaken}) {
+    for (int shard : *taken) {
+      owned_[shard] = now.epochs().at(shard);
+      Pend(shard);
+    }
   }
   if (through_ < 0 && !owned_.empty()) {
     through_ = DueMinute(clock_.WallMillis() + options_.horizon_ms);

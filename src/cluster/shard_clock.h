@@ -36,7 +36,7 @@
 
 #include "common/clock.h"
 #include "common/metrics.h"
-#include "store/lease_table.h"
+#include "store/ownership.h"
 #include "store/shared_queue.h"
 #include "store/store.h"
 
@@ -80,7 +80,7 @@ class ShardClock {
 
   // The leases held after a round (store::LeaseTable::Round): shards taken are loaded,
   // shards lost are dropped, a shard held at a new epoch is loaded again.
-  void SetLeases(const std::vector<store::Lease>& held);
+  void SetOwnership(const store::Ownership& now);
   // Notices heard (SharedQueue::Listen): due notices of owned shards are
   // kept; kListening (notices may have been missed) loads every shard again.
   void Hear(const std::vector<store::Notice>& notices);
@@ -121,7 +121,8 @@ class ShardClock {
   const WakeFn wake_;
   Metrics* metrics_ = nullptr;
 
-  std::map<int, int64_t> owned_;  // shard -> epoch
+  store::Ownership held_;         // as the last round left it
+  std::map<int, int64_t> owned_;  // shard -> epoch: held_, less shards dropped on a refusal
   std::set<int> loaded_;          // owned, complete through through_
   // Owned, to be loaded through through_: shard -> the generation it was
   // marked at, so that a load that ran while it was marked again does not

@@ -202,7 +202,7 @@ TEST_F(ShardClockTest, ReloadsHoldEachJobOnceAndALostShardIsDropped) {
     keep.push_back({s, 1});
     kept += per_shard[s];
   }
-  a.clock->SetLeases(keep);
+  a.clock->SetOwnership(store::Ownership(keep));
   EXPECT_EQ(a.clock->stats().shards, 4u);
   EXPECT_EQ(a.clock->stats().held, kept);
 }

@@ -64,6 +64,7 @@
 #include "engine/shared_seams.h"
 #include "engine/stats.h"
 #include "engine/types.h"
+#include "store/ownership.h"
 #include "store/shared_queue.h"
 #include "store/stale_reads.h"
 #include "store/store.h"
@@ -119,8 +120,9 @@ class Engine {
   // of an owned shard became ready).
   void Hear(const std::vector<store::Notice>& notices);
   // Cluster mode: the shards this node owns now; their ready push jobs are
-  // its dispatcher's (TakePush claims them).
-  void SetOwnedShards(std::vector<int> shards);
+  // its dispatcher's (TakePush claims them). Those gained or retaken at a
+  // new epoch are read for ready push jobs no notice told of.
+  void SetOwnership(const store::Ownership& owned);
   // Cluster mode, at shutdown: push jobs claimed for the dispatcher and not
   // yet taken go back to ready, for the shards' next owners. Call once no
   // claim is in flight (PushClaimsInFlight), or its jobs stay claimed until
@@ -529,7 +531,7 @@ class Engine {
   // Claims answered for a client while the job was still in memory (a write
   // of it pending): adopted once it leaves.
   std::unordered_map<uint64_t, std::pair<Client*, store::JobRecord>> adopt_after_;
-  std::set<int> owned_;  // shards this node owns (their push jobs are its own)
+  store::Ownership owned_;  // shards this node owns (their push jobs are its own)
   // Per topic whose push jobs this node claims: a claim is in flight, or
   // another is wanted (a notice came, or the last claim came back full).
   struct PushClaims {

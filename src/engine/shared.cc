@@ -36,12 +36,12 @@ void Engine::Hear(const std::vector<store::Notice>& notices) {
   if (shared_ == nullptr) return;
   for (const store::Notice& n : notices) {
     if (n.kind == store::Notice::Kind::kTube) ReadTubes(n.tube);
-    if (n.kind == store::Notice::Kind::kPush && owned_.count(n.shard) != 0) WantPush(n.tube);
+    if (n.kind == store::Notice::Kind::kPush && owned_.Owns(n.shard)) WantPush(n.tube);
     // Notices may have been missed: every tube is read again, and the
     // topics with push jobs ready in the owned shards.
     if (n.kind == store::Notice::Kind::kListening) {
       ReadTubes(std::nullopt);
-      if (!owned_.empty()) ReadPushTubes({owned_.begin(), owned_.end()});
+      if (!owned_.empty()) ReadPushTubes(owned_.shards());
     }
   }
 }

@@ -22,15 +22,16 @@ constexpr size_t kPushClaim = 32;
 constexpr int64_t kPushRetryUs = 200'000;
 }  // namespace
 
-void Engine::SetOwnedShards(std::vector<int> shards) {
+void Engine::SetOwnership(const store::Ownership& owned) {
   if (shared_ == nullptr) return;
-  std::vector<int> gained;
-  for (int s : shards) {
-    if (owned_.count(s) == 0) gained.push_back(s);
-  }
-  owned_ = std::set<int>(shards.begin(), shards.end());
-  // No notice will say which push jobs of the new shards are ready.
-  if (!gained.empty()) ReadPushTubes(std::move(gained));
+  store::Ownership::Change change = owned.Since(owned_);
+  owned_ = owned;
+  // No notice told this node which push jobs of the shards it did not own
+  // (or owned at an older epoch, another node owning them in between) are
+  // ready.
+  std::vector<int> read = std::move(change.gained);
+  read.insert(read.end(), change.retaken.begin(), change.retaken.end());
+  if (!read.empty()) ReadPushTubes(std::move(read));
 }
 
 void Engine::ReadPushTubes(std::vector<int> shards) {
@@ -72,7 +73,7 @@ void Engine::ClaimPush(const std::string& topic) {
     limit = std::clamp<size_t>(static_cast<size_t>(std::ceil(settings->rate_limit_per_s)), 1,
                                kPushClaim);
   }
-  store::ClaimQuery q{{topic}, limit, clock_.WallMillis(), {owned_.begin(), owned_.end()}, true};
+  store::ClaimQuery q{{topic}, limit, clock_.WallMillis(), owned_.shards(), true};
   shared_->Claim(std::move(q), [this, topic, limit](Result<std::vector<JobRecord>> rows) {
     PushClaimed(topic, limit, std::move(rows));
   });
@@ -111,7 +112,7 @@ void Engine::PushClaimed(const std::string& topic, size_t limit,
 void Engine::RetryPush() {
   if (push_rescan_) {
     push_rescan_ = false;
-    ReadPushTubes({owned_.begin(), owned_.end()});
+    ReadPushTubes(owned_.shards());
   }
   std::vector<std::string> topics;
   for (const auto& [topic, pc] : push_claims_) {

@@ -422,15 +422,11 @@ Status Server::StartCluster(const std::string& beanstalk, const std::string& htt
       std::move(table).value(), {.beanstalk = beanstalk, .http = http},
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); },
       [this](std::vector<store::Lease> held) {
-        shard_clock_->SetLeases(held);
-        std::vector<int> shards;
-        std::map<int, int64_t> epochs;
-        for (const store::Lease& l : held) {
-          shards.push_back(l.shard);
-          epochs[l.shard] = l.epoch;
-        }
-        engine_->SetOwnedShards(std::move(shards));
-        timers_->SetOwnedShards(std::move(epochs));
+        // One value for every part that acts as an owner.
+        const store::Ownership owned(held);
+        shard_clock_->SetOwnership(owned);
+        engine_->SetOwnership(owned);
+        timers_->SetOwnership(owned);
       });
   if (!member.ok()) return member.status();
   member_ = std::move(member).value();

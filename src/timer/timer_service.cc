@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 #include "engine/timer_key.h"
 
@@ -140,8 +141,7 @@ void TimerService::Load(int64_t now_ms) {
   const int64_t from_ms = loaded_until_ms_ - 1;
   // The first load takes every overdue timer.
   const uint64_t after_id = loaded_until_ms_ == 0 ? 0 : static_cast<uint64_t>(INT64_MAX);
-  std::vector<int> shards;  // cluster mode: the owned ones
-  for (const auto& [shard, epoch] : owned_) shards.push_back(shard);
+  std::vector<int> shards = owned_.shards();  // cluster mode: the owned ones
   Aside(
       [&store = store_, q = shared_, shards, from_ms, after_id, until,
        chunk = options_.load_chunk]() mutable -> Result<std::vector<Row>> {
@@ -595,39 +595,33 @@ void TimerService::List(uint64_t after_id, size_t limit, ListDone done) {
 bool TimerService::Owns(uint64_t id, store::change::Fence* fence) const {
   if (shared_ == nullptr) return true;
   const int shard = shared_->TimerShardOf(id);
-  auto it = owned_.find(shard);
-  if (it == owned_.end()) return false;
-  if (auto r = refused_.find(shard); r != refused_.end() && r->second == it->second) return false;
-  if (fence != nullptr) *fence = {shard, it->second};
+  const std::optional<store::change::Fence> held = owned_.FenceFor(shard);
+  if (!held) return false;
+  if (auto r = refused_.find(shard); r != refused_.end() && r->second == held->epoch) return false;
+  if (fence != nullptr) *fence = *held;
   return true;
 }
 
-void TimerService::SetOwnedShards(std::map<int, int64_t> owned) {
+void TimerService::SetOwnership(const store::Ownership& owned) {
   if (shared_ == nullptr) return;
-  // Timers of a shard lost, or held again at a new epoch (another node may
+  // Timers of a shard lost, or retaken at a new epoch (another node may
   // have fired them meanwhile), are let go; the window is read again for
-  // the shards gained, those included.
-  bool gained = false;
-  for (const auto& [shard, epoch] : owned) {
-    auto it = owned_.find(shard);
-    gained = gained || it == owned_.end() || it->second != epoch;
-  }
+  // the shards gained and retaken.
+  const store::Ownership::Change change = owned.Since(owned_);
+  std::set<int> let_go(change.lost.begin(), change.lost.end());
+  let_go.insert(change.retaken.begin(), change.retaken.end());
   std::vector<uint64_t> gone;
   for (const auto& [id, t] : loaded_) {
     const int shard = shared_->TimerShardOf(id);
-    auto now = owned.find(shard);
-    auto before = owned_.find(shard);
-    if (now == owned.end() || before == owned_.end() || now->second != before->second) {
-      gone.push_back(id);
-    }
+    if (let_go.count(shard) != 0 || !owned_.Owns(shard)) gone.push_back(id);
   }
-  owned_ = std::move(owned);
+  owned_ = owned;
   std::erase_if(refused_, [&](const auto& r) {
-    auto it = owned_.find(r.first);
-    return it == owned_.end() || it->second != r.second;
+    const auto fence = owned_.FenceFor(r.first);
+    return !fence || fence->epoch != r.second;
   });
   for (uint64_t id : gone) Drop(id);
-  if (gained) {
+  if (!change.gained.empty() || !change.retaken.empty()) {
     ++owned_generation_;
     loaded_until_ms_ = 0;  // the next tick loads the window again
   }

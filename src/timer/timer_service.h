@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "cron/schedule.h"
 #include "engine/engine.h"
+#include "store/ownership.h"
 #include "store/shared_queue.h"
 #include "store/stale_reads.h"
 #include "store/store.h"
@@ -80,9 +81,9 @@ class TimerService {
   // ids from `queue`, which must outlive the service. Call before Start.
   void JoinCluster(store::SharedQueue& queue) { shared_ = &queue; }
   // Cluster mode: the shards owned now, with their leases' epochs. Timers of
-  // shards lost (or held at a new epoch) are let go; the window is loaded
+  // shards lost (or retaken at a new epoch) are let go; the window is loaded
   // again for the rest.
-  void SetOwnedShards(std::map<int, int64_t> owned);
+  void SetOwnership(const store::Ownership& owned);
   // Cluster mode: notices heard (a timer changed through any node).
   void Hear(const std::vector<store::Notice>& notices);
 
@@ -208,7 +209,7 @@ class TimerService {
   uint64_t generation_ = 0;
   // Cluster mode only.
   store::SharedQueue* shared_ = nullptr;
-  std::map<int, int64_t> owned_;    // shard -> epoch of its lease
+  store::Ownership owned_;          // shards and the epochs of their leases
   std::map<int, int64_t> refused_;  // shard -> the epoch a fire of it was refused at
   uint64_t owned_generation_ = 0;   // raised by each change of owned_ that adds a shard
 };

@@ -35,7 +35,7 @@ struct TestNode : store::testing::PgNode {
   // clock, if any, takes.
   std::vector<store::Lease> Round() {
     std::vector<store::Lease> now = PgNode::Round();
-    if (clock) clock->SetLeases(now);
+    if (clock) clock->SetOwnership(store::Ownership(now));
     return now;
   }
   // Ticks what asked to be woken by `now_us` (steady), unless stalled.
