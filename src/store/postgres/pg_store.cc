@@ -83,14 +83,18 @@ std::string Qualified(std::string_view columns, std::string_view table) {
   return out;
 }
 
-// The lease row a fenced write locks (FOR SHARE, until it commits) and
+// The lease row a fenced write locks (FOR KEY SHARE, until it commits) and
 // requires: shard $1 held by node $2 at epoch $3. A new owner's take of the
-// shard updates that row, so it waits for the write to commit, and a write
-// after the take finds no such row. The write's statement then reports the
+// shard locks that row FOR UPDATE, which conflicts, so it passes the shard
+// by until the write commits, and a write after the take finds no such row.
+// The owner's own renewal (FOR NO KEY UPDATE, of expires_at) does not
+// conflict: with FOR SHARE each renewal waited for the batch in flight and
+// the next batch queued behind the renewal, stalling the writer for up to
+// seconds under load. The write's statement then reports the
 // row (one row: done; none: refused) and announces the tubes it made ready.
 constexpr const char* kFence =
     "WITH f AS (SELECT shard FROM shard_leases WHERE shard=$1 AND owner=$2 AND epoch=$3 "
-    "FOR SHARE), ";
+    "FOR KEY SHARE), ";
 constexpr const char* kFenceEnd =
     ", n AS (SELECT pg_notify('delayd_ready', t.tube) FROM (SELECT DISTINCT tube FROM p WHERE "
     "push=0) t), m AS (SELECT pg_notify('delayd_push', t.shard || ' ' || t.tube) FROM (SELECT "
@@ -229,7 +233,7 @@ std::vector<Statement> Statements() {
       // on its own before a write whose own failure must read differently (a
       // timer's advance: the timer may be gone). A row when it holds.
       {"fence",
-       "SELECT 1 FROM shard_leases WHERE shard=$1 AND owner=$2 AND epoch=$3 FOR SHARE",
+       "SELECT 1 FROM shard_leases WHERE shard=$1 AND owner=$2 AND epoch=$3 FOR KEY SHARE",
        {kInt8, kText, kInt8}},
       {"fire_insert",
        "INSERT INTO timer_fires (shard, timer_id, fire_ms, job_id, outcome, at_ms) "
@@ -250,10 +254,10 @@ std::vector<Statement> Statements() {
        {kText, kText}},
       {"get", Select(kJobColumns, "FROM jobs WHERE id=$1"), {kInt8}},
       // The lease rows a batch's fenced writes will lock, locked first and
-      // in shard order, as a lease round locks its own (cluster/leases.cc):
-      // two transactions that lock rows in one order never deadlock.
+      // in shard order, as a lease round locks its own (pg_leases.cc): two
+      // transactions that lock rows in one order never deadlock.
       {"lock_leases",
-       "SELECT shard FROM shard_leases WHERE shard=ANY($1) ORDER BY shard FOR SHARE",
+       "SELECT shard FROM shard_leases WHERE shard=ANY($1) ORDER BY shard FOR KEY SHARE",
        {pg::kInt8Array}},
       {"best_ready",
        Select(kJobColumns,
