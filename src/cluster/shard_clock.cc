@@ -163,6 +163,7 @@ void ShardClock::OnChunk(store::DueQuery q, std::map<int, uint64_t> gens,
 }
 
 void ShardClock::Promote(int64_t now_ms) {
+  if (promoting_ > 0) return;  // the answers promote what is due meanwhile
   const int64_t wall_us = clock_.WallMicros();
   struct Group {
     std::vector<uint64_t> ids;
@@ -189,12 +190,14 @@ void ShardClock::Promote(int64_t now_ms) {
     // A job's lateness ends when the promotion that makes it ready commits.
     auto ok = [this, dues = std::move(group.dues)] {
       stats_.promoted += dues.size();
+      ++stats_.promotions;
       if (metrics_ == nullptr) return;
       const int64_t done_us = clock_.WallMicros();
       for (int64_t due_ms : dues) metrics_->fire_lateness.ObserveMicros(done_us - due_ms * 1000);
     };
+    ++promoting_;
     Fenced(shard, Mutation::Promote({shard, it->second}, std::move(group.ids), at).Written(),
-           std::move(retry), std::move(ok));
+           std::move(retry), std::move(ok), [this] { --promoting_; });
   }
 }
 
@@ -208,27 +211,29 @@ void ShardClock::Sweep(int64_t now_ms) {
 }
 
 void ShardClock::Fenced(int shard, Mutation m, std::function<void()> retry,
-                        std::function<void()> ok) {
+                        std::function<void()> ok, std::function<void()> then) {
   const int64_t epoch = owned_.at(shard);
-  store_.Submit(std::move(m), [this, shard, epoch, retry = std::move(retry),
-                               ok = std::move(ok)](const Status& s) {
-    if (s.ok()) return ok();
-    auto it = owned_.find(shard);
-    const bool same = it != owned_.end() && it->second == epoch;
-    if (s.code() == StatusCode::kFenced) {
+  store_.Submit(std::move(m), [this, shard, epoch, retry = std::move(retry), ok = std::move(ok),
+                               then = std::move(then)](const Status& s) {
+    if (s.ok()) {
+      ok();
+    } else if (s.code() == StatusCode::kFenced) {
       // The lease moved.
       ++stats_.fencing_refusals;
-      if (same) {
+      auto it = owned_.find(shard);
+      if (it != owned_.end() && it->second == epoch) {
         spdlog::warn(
             "cluster: shard {}: the database refused a write at epoch {} ({}); "
             "dropping the shard",
             shard, epoch, s.ToString());
         Drop(shard);
       }
-      return;
+    } else {
+      ++stats_.write_errors;
+      auto it = owned_.find(shard);
+      if (it != owned_.end() && it->second == epoch) retry();
     }
-    ++stats_.write_errors;
-    if (same) retry();
+    if (then) then();
     Arm();
   });
 }
@@ -239,7 +244,8 @@ int64_t ShardClock::SteadyAtWall(int64_t wall_ms) const {
 
 void ShardClock::Arm() {
   int64_t next = INT64_MAX;
-  if (!due_.empty()) next = SteadyAtWall(std::get<0>(*due_.begin()));
+  // With promotions in flight, their answers arm the next.
+  if (!due_.empty() && promoting_ == 0) next = SteadyAtWall(std::get<0>(*due_.begin()));
   if (!owned_.empty()) {
     next = std::min(next, next_sweep_us_);
     if (!loading_) {
