@@ -168,6 +168,24 @@ class ClusterStoreTest : public ::testing::Test {
     return j;
   }
 
+  // What a fenced write of shard 0 by `owner` at `epoch` does first (the
+  // store's "fence" statement), in a transaction left open until EndFence.
+  PGconn* HoldFence(const std::string& owner, int64_t epoch) {
+    PGconn* w = PQconnectdb(db_.uri().c_str());
+    EXPECT_EQ(PQstatus(w), CONNECTION_OK);
+    PQclear(PQexec(w, "BEGIN"));
+    PGresult* r = PQexec(w, ("SELECT 1 FROM shard_leases WHERE shard=0 AND owner='" + owner +
+                             "' AND epoch=" + std::to_string(epoch) + " FOR KEY SHARE")
+                                .c_str());
+    EXPECT_EQ(PQntuples(r), 1);
+    PQclear(r);
+    return w;
+  }
+  static void EndFence(PGconn* w) {
+    PQclear(PQexec(w, "COMMIT"));
+    PQfinish(w);
+  }
+
   testing::PgTestDb db_;
   testing::Inbox inbox_;
 };
@@ -620,16 +638,7 @@ TEST_F(ClusterStoreTest, AFencedWriteInFlightHoldsOffTheNextOwnerUntilItCommits)
   const int64_t epoch = a->Fence(0).epoch;
   ASSERT_GT(epoch, 0);
 
-  // What a fenced write does first, in a transaction left open.
-  PGconn* w = PQconnectdb(db_.uri().c_str());
-  ASSERT_EQ(PQstatus(w), CONNECTION_OK);
-  PQclear(PQexec(w, "BEGIN"));
-  PGresult* r = PQexec(w, ("SELECT shard FROM shard_leases WHERE shard=0 AND owner='a' AND "
-                           "epoch=" +
-                           std::to_string(epoch) + " FOR KEY SHARE")
-                              .c_str());
-  ASSERT_EQ(PQntuples(r), 1);
-  PQclear(r);
+  PGconn* w = HoldFence("a", epoch);
 
   // Once a's leases run out, b takes every shard but the one in use.
   const auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -640,8 +649,7 @@ TEST_F(ClusterStoreTest, AFencedWriteInFlightHoldsOffTheNextOwnerUntilItCommits)
   } while (b->held.size() < static_cast<size_t>(kShards - 1));
   EXPECT_EQ(b->held.count(0), 0u);
 
-  PQclear(PQexec(w, "COMMIT"));
-  PQfinish(w);
+  EndFence(w);
   b->Round();
   ASSERT_EQ(b->held.count(0), 1u);
   EXPECT_EQ(b->held[0], epoch + 1);
@@ -665,16 +673,7 @@ TEST_F(ClusterStoreTest, ARenewalDoesNotWaitForAFencedWriteInFlight) {
   a->Round();
   const int64_t epoch = a->Fence(0).epoch;
   ASSERT_GT(epoch, 0);
-  // What a fenced write does first, in a transaction left open.
-  PGconn* w = PQconnectdb(db_.uri().c_str());
-  ASSERT_EQ(PQstatus(w), CONNECTION_OK);
-  PQclear(PQexec(w, "BEGIN"));
-  PGresult* r = PQexec(w, ("SELECT shard FROM shard_leases WHERE shard=0 AND owner='a' AND "
-                           "epoch=" +
-                           std::to_string(epoch) + " FOR KEY SHARE")
-                              .c_str());
-  ASSERT_EQ(PQntuples(r), 1);
-  PQclear(r);
+  PGconn* w = HoldFence("a", epoch);
 
   std::atomic<bool> renewed{false};
   std::thread round([&] {
@@ -686,8 +685,7 @@ TEST_F(ClusterStoreTest, ARenewalDoesNotWaitForAFencedWriteInFlight) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   const bool before_commit = renewed;
-  PQclear(PQexec(w, "COMMIT"));  // lets a waiting round end, so the thread joins
-  PQfinish(w);
+  EndFence(w);  // lets a waiting round end, so the thread joins
   round.join();
   EXPECT_TRUE(before_commit) << "the renewal waited for the fenced write's commit";
   EXPECT_EQ(a->Fence(0).epoch, epoch);
