@@ -215,13 +215,14 @@ void ShardClock::Fenced(int shard, Mutation m, std::function<void()> retry,
   const int64_t epoch = owned_.at(shard);
   store_.Submit(std::move(m), [this, shard, epoch, retry = std::move(retry), ok = std::move(ok),
                                then = std::move(then)](const Status& s) {
+    auto it = owned_.find(shard);
+    const bool same = it != owned_.end() && it->second == epoch;
     if (s.ok()) {
       ok();
     } else if (s.code() == StatusCode::kFenced) {
       // The lease moved.
       ++stats_.fencing_refusals;
-      auto it = owned_.find(shard);
-      if (it != owned_.end() && it->second == epoch) {
+      if (same) {
         spdlog::warn(
             "cluster: shard {}: the database refused a write at epoch {} ({}); "
             "dropping the shard",
@@ -230,8 +231,7 @@ void ShardClock::Fenced(int shard, Mutation m, std::function<void()> retry,
       }
     } else {
       ++stats_.write_errors;
-      auto it = owned_.find(shard);
-      if (it != owned_.end() && it->second == epoch) retry();
+      if (same) retry();
     }
     if (then) then();
     Arm();

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <set>
 
 #include "engine/timer_key.h"
 
@@ -608,12 +607,12 @@ void TimerService::SetOwnership(const store::Ownership& owned) {
   // have fired them meanwhile), are let go; the window is read again for
   // the shards gained and retaken.
   const store::Ownership::Change change = owned.Since(owned_);
-  std::set<int> let_go(change.lost.begin(), change.lost.end());
-  let_go.insert(change.retaken.begin(), change.retaken.end());
   std::vector<uint64_t> gone;
   for (const auto& [id, t] : loaded_) {
     const int shard = shared_->TimerShardOf(id);
-    if (let_go.count(shard) != 0 || !owned_.Owns(shard)) gone.push_back(id);
+    const auto before = owned_.FenceFor(shard);
+    const auto now = owned.FenceFor(shard);
+    if (!before || !now || before->epoch != now->epoch) gone.push_back(id);
   }
   owned_ = owned;
   std::erase_if(refused_, [&](const auto& r) {
