@@ -11,6 +11,7 @@ using store::DueEntry;
 using store::DueMinute;
 using store::Mutation;
 using store::Notice;
+using store::change::Fence;
 
 namespace {
 // An entry within this much after the start of its millisecond counts as
@@ -165,77 +166,108 @@ void ShardClock::OnChunk(store::DueQuery q, std::map<int, uint64_t> gens,
 void ShardClock::Promote(int64_t now_ms) {
   if (promoting_ > 0) return;  // the answers promote what is due meanwhile
   const int64_t wall_us = clock_.WallMicros();
-  struct Group {
-    std::vector<uint64_t> ids;
-    std::vector<int64_t> dues;  // ms, of each id
-  };
-  std::map<int, Group> by_shard;
+  // Shard -> its due jobs' ids and due times (ms).
+  using Due = std::map<int, std::vector<std::pair<uint64_t, int64_t>>>;
+  auto due = std::make_shared<Due>();
+  int64_t latest_ms = now_ms;
   while (!due_.empty() && std::get<0>(*due_.begin()) * 1000 <= wall_us + kWallSkewUs) {
     const auto [due_ms, shard, id] = *due_.begin();
     due_.erase(due_.begin());
-    Group& g = by_shard[shard];
-    g.ids.push_back(id);
-    g.dues.push_back(due_ms);
+    (*due)[shard].emplace_back(id, due_ms);
+    latest_ms = std::max(latest_ms, due_ms);
   }
-  for (auto& [shard, group] : by_shard) {
-    auto it = owned_.find(shard);
-    if (it == owned_.end()) continue;
-    // Never earlier than the latest due time of the group, which the skew
-    // above may put a few microseconds ahead of the wall clock.
-    const int64_t at = std::max(now_ms, *std::max_element(group.dues.begin(), group.dues.end()));
-    auto retry = [this, shard = shard, ids = group.ids] {
-      const int64_t when = clock_.WallMillis() + options_.retry_ms;
-      for (uint64_t id : ids) due_.emplace(when, shard, id);
-    };
-    // A job's lateness ends when the promotion that makes it ready commits.
-    auto ok = [this, dues = std::move(group.dues)] {
-      stats_.promoted += dues.size();
-      ++stats_.promotions;
-      if (metrics_ == nullptr) return;
-      const int64_t done_us = clock_.WallMicros();
-      for (int64_t due_ms : dues) metrics_->fire_lateness.ObserveMicros(done_us - due_ms * 1000);
-    };
-    ++promoting_;
-    Fenced(shard, Mutation::Promote({shard, it->second}, std::move(group.ids), at).Written(),
-           std::move(retry), std::move(ok), [this] { --promoting_; });
-  }
+  if (due->empty()) return;
+  std::vector<int> shards;
+  for (const auto& [shard, jobs] : *due) shards.push_back(shard);
+  // Never earlier than the latest due time, which the skew above may put a
+  // few microseconds ahead of the wall clock.
+  auto write = [due, at = latest_ms](const std::vector<Fence>& fences) {
+    std::vector<store::change::DueJob> jobs;
+    for (const Fence& f : fences) {
+      for (const auto& [id, due_ms] : due->at(f.shard)) jobs.push_back({f.shard, id});
+    }
+    return Mutation::Promote(fences, std::move(jobs), at).Written();
+  };
+  // A job's lateness ends when the promotion that makes it ready commits.
+  auto ok = [this, due](const std::vector<int>& committed) {
+    ++stats_.promotions;
+    const int64_t done_us = clock_.WallMicros();
+    for (int shard : committed) {
+      for (const auto& [id, due_ms] : due->at(shard)) {
+        ++stats_.promoted;
+        if (metrics_ != nullptr) metrics_->fire_lateness.ObserveMicros(done_us - due_ms * 1000);
+      }
+    }
+  };
+  auto retry = [this, due](const std::vector<int>& failed) {
+    const int64_t when = clock_.WallMillis() + options_.retry_ms;
+    for (int shard : failed) {
+      for (const auto& [id, due_ms] : due->at(shard)) due_.emplace(when, shard, id);
+    }
+  };
+  ++promoting_;
+  Fenced(std::move(shards), std::move(write), std::move(ok), std::move(retry),
+         [this] { --promoting_; });
 }
 
 void ShardClock::Sweep(int64_t now_ms) {
-  for (const auto& [shard, epoch] : owned_) {
-    // A failed sweep is made again at the next one.
-    Fenced(
-        shard, Mutation::Requeue({shard, epoch}, now_ms - options_.sweep_grace_ms).Written(), [] {},
-        [] {});
-  }
+  std::vector<int> shards;
+  for (const auto& [shard, epoch] : owned_) shards.push_back(shard);
+  // A failed sweep is made again at the next one.
+  auto none = [](const std::vector<int>&) {};
+  Fenced(
+      std::move(shards),
+      [before_ms = now_ms - options_.sweep_grace_ms](const std::vector<Fence>& fences) {
+        return Mutation::Requeue(fences, before_ms).Written();
+      },
+      none, none, [] {});
 }
 
-void ShardClock::Fenced(int shard, Mutation m, std::function<void()> retry,
-                        std::function<void()> ok, std::function<void()> then) {
-  const int64_t epoch = owned_.at(shard);
-  store_.Submit(std::move(m), [this, shard, epoch, retry = std::move(retry), ok = std::move(ok),
-                               then = std::move(then)](const Status& s) {
-    auto it = owned_.find(shard);
-    const bool same = it != owned_.end() && it->second == epoch;
-    if (s.ok()) {
-      ok();
-    } else if (s.code() == StatusCode::kFenced) {
-      // The lease moved.
-      ++stats_.fencing_refusals;
-      if (same) {
-        spdlog::warn(
-            "cluster: shard {}: the database refused a write at epoch {} ({}); "
-            "dropping the shard",
-            shard, epoch, s.ToString());
-        Drop(shard);
-      }
-    } else {
-      ++stats_.write_errors;
-      if (same) retry();
-    }
-    if (then) then();
-    Arm();
-  });
+void ShardClock::Fenced(std::vector<int> shards, Write write, Shards ok, Shards retry,
+                        std::function<void()> then) {
+  std::vector<Fence> fences;
+  for (int shard : shards) fences.push_back({shard, owned_.at(shard)});
+  Mutation m = write(fences);
+  store_.Submit(std::move(m),
+                [this, fences = std::move(fences), write = std::move(write), ok = std::move(ok),
+                 retry = std::move(retry), then = std::move(then)](const Status& s) {
+                  // The shards still owned at the epochs written under.
+                  std::vector<int> same;
+                  for (const Fence& f : fences) {
+                    auto it = owned_.find(f.shard);
+                    if (it != owned_.end() && it->second == f.epoch) same.push_back(f.shard);
+                  }
+                  if (s.ok()) {
+                    std::vector<int> all;
+                    for (const Fence& f : fences) all.push_back(f.shard);
+                    ok(all);
+                  } else if (s.code() == StatusCode::kFenced) {
+                    // A lease moved. The write is all or nothing: with several shards,
+                    // which one is not known, so each still owned is written alone.
+                    ++stats_.fencing_refusals;
+                    if (fences.size() > 1 && !same.empty()) {
+                      auto left = std::make_shared<size_t>(same.size());
+                      for (int shard : same) {
+                        Fenced({shard}, write, ok, retry, [left, then] {
+                          if (--*left == 0) then();
+                        });
+                      }
+                      return Arm();
+                    }
+                    if (!same.empty()) {
+                      spdlog::warn(
+                          "cluster: shard {}: the database refused a write at epoch {} ({}); "
+                          "dropping the shard",
+                          fences.front().shard, fences.front().epoch, s.ToString());
+                      Drop(fences.front().shard);
+                    }
+                  } else {
+                    ++stats_.write_errors;
+                    if (!same.empty()) retry(same);
+                  }
+                  then();
+                  Arm();
+                });
 }
 
 int64_t ShardClock::SteadyAtWall(int64_t wall_ms) const {

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -62,7 +63,7 @@ struct ShardClockStats {
   size_t pending = 0;       // owned, waiting for their (re)load
   size_t held = 0;          // due entries held
   uint64_t promoted = 0;    // jobs made ready by committed promotions
-  uint64_t promotions = 0;  // promote writes committed (each of one shard's due ids)
+  uint64_t promotions = 0;  // promote writes committed (each of every owned shard's due ids)
   uint64_t fencing_refusals = 0;
   uint64_t write_errors = 0;  // failed for another reason, tried again
 };
@@ -105,13 +106,21 @@ class ShardClock {
   // first load's shards, empty for an extension.
   void OnChunk(store::DueQuery q, std::map<int, uint64_t> gens,
                Result<std::vector<store::DueEntry>> r);
+  // One fenced write (a promotion, a sweep) for every owned shard it
+  // concerns: one statement, however many shards (doc/cluster.md, "Next").
   void Promote(int64_t now_ms);
   void Sweep(int64_t now_ms);
-  // Submits a fenced write of `shard`: `ok` runs once it is committed,
-  // `retry` puts it back after a failure that was not fencing, and `then`
-  // runs after either, or after a refusal.
-  void Fenced(int shard, store::Mutation m, std::function<void()> retry, std::function<void()> ok,
-              std::function<void()> then = {});
+  // The write of some owned shards, given their fences.
+  using Write = std::function<store::Mutation(const std::vector<store::change::Fence>&)>;
+  using Shards = std::function<void(const std::vector<int>&)>;
+  // Submits write(fences of `shards`), owned, each once. `ok` gets the
+  // shards whose write committed; `retry` those whose write failed other
+  // than by fencing and which are still owned at the same epoch. A refusal
+  // of several shards is written again shard by shard, so that only the
+  // shards whose lease moved are dropped. `then` runs once every part is
+  // answered.
+  void Fenced(std::vector<int> shards, Write write, Shards ok, Shards retry,
+              std::function<void()> then);
   // The minute through which due notices are kept.
   int64_t Bound() const;
   void Arm();

@@ -102,10 +102,12 @@ struct PutTimer {  // inserts or replaces `timer` (by id); fails on a taken name
 struct DeleteTimer {  // removes the timer and its fires
   uint64_t id = 0;
 };
-// Cluster mode (PostgreSQL only): writes a node makes as the owner of a
-// shard. Each is fenced: it fails alone with kFenced, changing nothing,
-// unless this node still holds the shard's lease at `epoch` when it commits
-// (doc/cluster.md, "Leases and fencing").
+// Cluster mode (PostgreSQL only): writes a node makes as the owner of
+// shards. Each is fenced: it fails alone with kFenced, changing nothing,
+// unless this node still holds the lease of *every* shard it names, at that
+// shard's `epoch`, when it commits (doc/cluster.md, "Leases and fencing").
+// All or nothing, so that one statement serves every owned shard; a writer
+// refused learns which shard moved by writing again shard by shard.
 struct Fence {
   int shard = 0;
   int64_t epoch = 0;
@@ -123,17 +125,22 @@ struct AdvanceTimer {
   std::vector<TimerFire> fires;
   std::optional<Fence> fence = {};
 };
-// The jobs of `ids` (all of the fence's shard) that are still delayed and due
-// by `now_ms` become ready.
+// A delayed job an owner makes ready, and its shard.
+struct DueJob {
+  int shard = 0;
+  uint64_t id = 0;
+};
+// The `jobs` (each of a shard of `fences`, every shard once) that are still
+// delayed and due by `now_ms` become ready.
 struct PromoteDue {
-  Fence fence;
-  std::vector<uint64_t> ids;
+  std::vector<Fence> fences;
+  std::vector<DueJob> jobs;
   int64_t now_ms = 0;
 };
-// Reservations of the shard whose deadline is before `before_ms` (their node
-// died or lost them) go back to ready, as an expired ttr does.
+// Reservations of the fences' shards whose deadline is before `before_ms`
+// (their node died or lost them) go back to ready, as an expired ttr does.
 struct RequeueExpired {
-  Fence fence;
+  std::vector<Fence> fences;
   int64_t before_ms = 0;
 };
 }  // namespace change
@@ -177,11 +184,21 @@ struct Mutation {
                                std::vector<TimerFire> fires) {
     return {change::AdvanceTimer{id, next_fire_ms, last_fire_ms, std::move(fires), {}}};
   }
-  static Mutation Promote(change::Fence f, std::vector<uint64_t> ids, int64_t now_ms) {
-    return {change::PromoteDue{f, std::move(ids), now_ms}};
+  static Mutation Promote(std::vector<change::Fence> fences, std::vector<change::DueJob> jobs,
+                          int64_t now_ms) {
+    return {change::PromoteDue{std::move(fences), std::move(jobs), now_ms}};
+  }
+  // Jobs `ids` of one shard.
+  static Mutation Promote(change::Fence f, const std::vector<uint64_t>& ids, int64_t now_ms) {
+    std::vector<change::DueJob> jobs;
+    for (uint64_t id : ids) jobs.push_back({f.shard, id});
+    return Promote({f}, std::move(jobs), now_ms);
+  }
+  static Mutation Requeue(std::vector<change::Fence> fences, int64_t before_ms) {
+    return {change::RequeueExpired{std::move(fences), before_ms}};
   }
   static Mutation Requeue(change::Fence f, int64_t before_ms) {
-    return {change::RequeueExpired{f, before_ms}};
+    return Requeue(std::vector<change::Fence>{f}, before_ms);
   }
 };
 

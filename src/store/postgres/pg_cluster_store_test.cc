@@ -570,6 +570,51 @@ TEST_F(ClusterStoreTest, AStaleOwnerIsFencedOnceItsLeaseMoved) {
   EXPECT_EQ(Get(*a, 3).state, StoredState::kReady);
 }
 
+// One write over several shards (a promotion or a sweep of every owned
+// shard) is all or nothing: refused whole, changing nothing, when the lease
+// of one of its shards moved; committed whole under current leases.
+TEST_F(ClusterStoreTest, AWriteOfSeveralShardsIsRefusedWholeWhenOneLeaseMoved) {
+  auto a = Start("a");
+  a->Round();
+  ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards));
+  // Two due jobs and an expired reservation, on three shards.
+  std::vector<change::DueJob> due;
+  std::set<int> shards;
+  for (uint64_t id = 1; due.size() < 2; ++id) {
+    JobRecord j = Job(id, "s", 0, StoredState::kDelayed, kNow - 1);
+    if (!shards.insert(a->store->ShardOf(j)).second) continue;
+    ASSERT_TRUE(Apply(*a, Mutation::Insert(j)).ok());
+    due.push_back({a->store->ShardOf(j), id});
+  }
+  uint64_t held_id = 100;
+  while (shards.count(a->store->ShardOf(Job(held_id, "s"))) != 0) ++held_id;
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(held_id, "s"))).ok());
+  ASSERT_EQ(Claim(*a, {"s"}, 1, kNow - 60'000).size(), 1u);  // deadline long past
+  const int held_shard = a->store->ShardOf(Get(*a, held_id));
+  std::vector<change::Fence> fences;
+  for (int shard = 0; shard < kShards; ++shard) fences.push_back(a->Fence(shard));
+
+  // Another node takes the shard of the first due job.
+  Query("UPDATE shard_leases SET owner='b', epoch=epoch+1 WHERE shard=" +
+        std::to_string(due[0].shard) + " RETURNING 1");
+  Status promote = Apply(*a, Mutation::Promote(fences, due, kNow));
+  Status requeue = Apply(*a, Mutation::Requeue(fences, kNow));
+  EXPECT_TRUE(Fenced(promote)) << promote.ToString();
+  EXPECT_TRUE(Fenced(requeue)) << requeue.ToString();
+  EXPECT_EQ(Get(*a, due[1].id).state, StoredState::kDelayed);
+  EXPECT_EQ(Get(*a, held_id).state, StoredState::kReserved);
+
+  // Without the shard that moved, both take effect, on every shard named.
+  std::erase_if(fences, [&](const change::Fence& f) { return f.shard == due[0].shard; });
+  ASSERT_NE(held_shard, due[0].shard);
+  EXPECT_TRUE(Apply(*a, Mutation::Promote(fences, {due[1]}, kNow)).ok());
+  EXPECT_TRUE(Apply(*a, Mutation::Requeue(fences, kNow)).ok());
+  EXPECT_EQ(Get(*a, due[0].id).state, StoredState::kDelayed);
+  EXPECT_EQ(Get(*a, due[1].id).state, StoredState::kReady);
+  EXPECT_EQ(Get(*a, held_id).state, StoredState::kReady);
+  EXPECT_EQ(Get(*a, held_id).counters.timeouts, 1u);
+}
+
 // A timer's fire (its job) commits with the timer's advance, fenced by the
 // lease of the timer's shard: once the lease moved, neither is written, and
 // the new owner's are.

@@ -83,23 +83,28 @@ std::string Qualified(std::string_view columns, std::string_view table) {
   return out;
 }
 
-// The lease row a fenced write locks (FOR KEY SHARE, until it commits) and
-// requires: shard $1 held by node $2 at epoch $3. A new owner's take of the
-// shard locks that row FOR UPDATE, which conflicts, so it passes the shard
-// by until the write commits, and a write after the take finds no such row.
-// The owner's own renewal (FOR NO KEY UPDATE, of expires_at) does not
-// conflict: with FOR SHARE each renewal waited for the batch in flight and
-// the next batch queued behind the renewal, stalling the writer for up to
-// seconds under load. The write's statement then reports the
-// row (one row: done; none: refused) and announces the tubes it made ready.
+// The lease rows a fenced write locks (FOR KEY SHARE, until it commits)
+// and requires: every shard of $1 held by node $2 at the epoch of the same
+// index of $3 (`h.held`: all of them, else the write changes nothing). A
+// new owner's take of a shard locks its row FOR UPDATE, which conflicts, so
+// it passes the shard by until the write commits, and a write after the
+// take finds no such row. The owner's own renewal (FOR NO KEY UPDATE, of
+// expires_at) does not conflict: with FOR SHARE each renewal waited for the
+// batch in flight and the next batch queued behind the renewal, stalling
+// the writer for up to seconds under load. The write's statement then
+// reports one row when every fence held (none: refused) and announces the
+// tubes it made ready. One statement serves every shard an owner holds:
+// one per shard cost the writer a statement per due job, since jobs due
+// within a millisecond rarely share one of 256 shards (doc/cluster.md).
 constexpr const char* kFence =
-    "WITH f AS (SELECT shard FROM shard_leases WHERE shard=$1 AND owner=$2 AND epoch=$3 "
-    "FOR KEY SHARE), ";
+    "WITH f AS (SELECT shard FROM shard_leases WHERE owner=$2 AND (shard, epoch) IN (SELECT * "
+    "FROM unnest($1::int8[], $3::int8[])) FOR KEY SHARE), h AS (SELECT count(*) = "
+    "cardinality($1::int8[]) AS held FROM f), ";
 constexpr const char* kFenceEnd =
     ", n AS (SELECT pg_notify('delayd_ready', t.tube) FROM (SELECT DISTINCT tube FROM p WHERE "
     "push=0) t), m AS (SELECT pg_notify('delayd_push', t.shard || ' ' || t.tube) FROM (SELECT "
     "DISTINCT shard, tube FROM p WHERE push=1) t) "
-    "SELECT 1 FROM f WHERE (SELECT count(*) FROM n) + (SELECT count(*) FROM m) >= 0";
+    "SELECT 1 FROM h WHERE held AND (SELECT count(*) FROM n) + (SELECT count(*) FROM m) >= 0";
 
 // A claim: the best ready jobs of the tubes ($3), at most $4; per tube in
 // the claim order of its index, skipping rows another node is claiming,
@@ -157,18 +162,21 @@ std::vector<Statement> Statements() {
        change_types},
       {"delete", "DELETE FROM jobs WHERE id=$1 AND ($2::int8 IS NULL OR ver=$2)", {kInt8, kInt8}},
       // Cluster mode: the fenced writes of a shard's owner (kFence).
+      // $4, $5: each due job's shard and id; $6: now.
       {"promote",
-       fmt::format("{}p AS (UPDATE jobs SET state=0, ver=ver+1 WHERE shard=$1 AND id=ANY($4) AND "
-                   "state=1 AND due_ms<=$5 AND EXISTS (SELECT 1 FROM f) RETURNING shard, tube, "
-                   "push){}",
+       fmt::format("{}p AS (UPDATE jobs j SET state=0, ver=j.ver+1 FROM unnest($4::int8[], "
+                   "$5::int8[]) AS d(shard, id) WHERE j.shard=d.shard AND j.id=d.id AND "
+                   "j.shard=ANY($1) AND j.state=1 AND j.due_ms<=$6 AND (SELECT held FROM h) "
+                   "RETURNING j.shard, j.tube, j.push){}",
                    kFence, kFenceEnd),
-       {kInt8, kText, kInt8, pg::kInt8Array, kInt8}},
+       {pg::kInt8Array, kText, pg::kInt8Array, pg::kInt8Array, pg::kInt8Array, kInt8}},
+      // $4: reservations whose deadline is before it (jobs_held, per shard).
       {"requeue",
        fmt::format("{}p AS (UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, "
-                   "deadline_ms=NULL, timeouts=timeouts+1 WHERE shard=$1 AND state=4 AND "
-                   "deadline_ms<$4 AND EXISTS (SELECT 1 FROM f) RETURNING shard, tube, push){}",
+                   "deadline_ms=NULL, timeouts=timeouts+1 WHERE shard=ANY($1) AND state=4 AND "
+                   "deadline_ms<$4 AND (SELECT held FROM h) RETURNING shard, tube, push){}",
                    kFence, kFenceEnd),
-       {kInt8, kText, kInt8, kInt8}},
+       {pg::kInt8Array, kText, pg::kInt8Array, kInt8}},
       // Claims (ClaimSql).
       {"claim", ClaimSql(0), {kText, kInt8, pg::kTextArray, kInt8, pg::kInt8Array}},
       {"claim_push", ClaimSql(1), {kText, kInt8, pg::kTextArray, kInt8, pg::kInt8Array}},
@@ -999,6 +1007,18 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
   constexpr const char* kFenced = "this node no longer holds the shard's lease";
   constexpr StatusCode kFencedCode = StatusCode::kFenced;
   auto guard = [](std::optional<uint64_t> v) { return v ? kChanged : nullptr; };
+  // The parameters of kFence: the shards, this node, their epochs.
+  auto fence_params = [&](const std::vector<change::Fence>& fences) {
+    ArrayParam shards(kInt8);
+    ArrayParam epochs(kInt8);
+    for (const change::Fence& f : fences) {
+      shards.Int(f.shard);
+      epochs.Int(f.epoch);
+    }
+    Params p;
+    p.Array(shards).Bytes(options_.node_id).Array(epochs);
+    return p;
+  };
   auto apply = [&](const Mutation& m, Status* own) {
     std::visit(
         Overloaded{
@@ -1084,25 +1104,17 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
               b.Send("fire_prune", Params().Int(shard).Int(id));
             },
             [&](const change::PromoteDue& x) {
+              ArrayParam shards(kInt8);
               ArrayParam ids(kInt8);
-              for (uint64_t id : x.ids) ids.Int(static_cast<int64_t>(id));
-              b.Send("promote",
-                     Params()
-                         .Int(x.fence.shard)
-                         .Bytes(options_.node_id)
-                         .Int(x.fence.epoch)
-                         .Array(ids)
-                         .Int(x.now_ms),
+              for (const change::DueJob& d : x.jobs) {
+                shards.Int(d.shard);
+                ids.Int(static_cast<int64_t>(d.id));
+              }
+              b.Send("promote", fence_params(x.fences).Array(shards).Array(ids).Int(x.now_ms),
                      kFenced, own, kFencedCode);
             },
             [&](const change::RequeueExpired& x) {
-              b.Send("requeue",
-                     Params()
-                         .Int(x.fence.shard)
-                         .Bytes(options_.node_id)
-                         .Int(x.fence.epoch)
-                         .Int(x.before_ms),
-                     kFenced, own, kFencedCode);
+              b.Send("requeue", fence_params(x.fences).Int(x.before_ms), kFenced, own, kFencedCode);
             },
         },
         m.change);
@@ -1113,14 +1125,17 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
     std::set<int> fenced;
     for (auto& p : batch) {
       p.ForEach([&](const Mutation& m) {
-        std::visit(
-            Overloaded{[&](const change::PromoteDue& x) { fenced.insert(x.fence.shard); },
-                       [&](const change::RequeueExpired& x) { fenced.insert(x.fence.shard); },
-                       [&](const change::AdvanceTimer& x) {
-                         if (x.fence) fenced.insert(x.fence->shard);
-                       },
-                       [](const auto&) {}},
-            m.change);
+        std::visit(Overloaded{[&](const change::PromoteDue& x) {
+                                for (const change::Fence& f : x.fences) fenced.insert(f.shard);
+                              },
+                              [&](const change::RequeueExpired& x) {
+                                for (const change::Fence& f : x.fences) fenced.insert(f.shard);
+                              },
+                              [&](const change::AdvanceTimer& x) {
+                                if (x.fence) fenced.insert(x.fence->shard);
+                              },
+                              [](const auto&) {}},
+                   m.change);
       });
     }
     if (!fenced.empty()) {
