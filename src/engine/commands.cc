@@ -303,7 +303,7 @@ void Engine::Touch(Client* c, uint64_t id, Done done) {
   if (shared_ == nullptr) return done(Status::Ok());
   // Lost to a power cut, the old deadline may return the job early: a
   // delivery again, as at-least-once allows.
-  Write(j, Mutation::Update(Record(*j)).Written(), std::move(done));
+  WriteHeld(j, Mutation::Update(Record(*j)).Written(), nullptr, std::move(done));
 }
 
 void Engine::KickJob(uint64_t id, Done done) {

@@ -302,6 +302,35 @@ void Engine::Write(Job* j, Mutation m, Done done) {
   });
 }
 
+// Cluster mode: the change is answered once queued. Every node's writer
+// commits what is queued as soon as its batch in flight is done, so a
+// change answered is committed within about two commits (a few ms); a node
+// that dies meanwhile leaves the job reserved by it, and the owners' sweep
+// returns it after its ttr (README, "Guarantees"). The job stays pinned in
+// memory until the commit, so this node's reads never see it as it was;
+// a write refused meanwhile (the reservation ran out and another node took
+// the job) is logged: the job is delivered again.
+void Engine::WriteHeld(Job* j, Mutation m, Done committed, Done reply) {
+  if (shared_ == nullptr) {
+    return Write(j, std::move(m),
+                 [committed = std::move(committed), reply = std::move(reply)](const Status& s) {
+                   if (committed) committed(s);
+                   reply(s);
+                 });
+  }
+  Write(j, std::move(m), [this, id = j->id, committed = std::move(committed)](const Status& s) {
+    if (!s.ok()) {
+      ++held_write_failures_;
+      spdlog::warn(
+          "job {}: a change answered before its commit failed; it will be delivered "
+          "again: {}",
+          id, s.ToString());
+    }
+    if (committed) committed(s);
+  });
+  reply(Status::Ok());
+}
+
 // The job stays pinned by the failed write while its record is read.
 void Engine::Resync(Job* j, std::function<void()> then) {
   j->diverged = false;

@@ -218,6 +218,9 @@ class Engine {
   EngineStats Stats() const;
   // EngineStats::unsound_rows, without counting the jobs.
   uint64_t unsound_rows() const { return unsound_rows_; }
+  // Cluster mode: changes of held jobs answered once queued (WriteHeld)
+  // whose commit then failed.
+  uint64_t held_write_failures() const { return held_write_failures_; }
 
   // --- the HTTP API ---
   // Submits jobs to one topic, all durable or none. Jobs whose key is taken
@@ -363,6 +366,8 @@ class Engine {
   void Finish(Job* j, Done done);
   // not reserved -> gone from the store with no record, its key free.
   void Cancel(Job* j, Done done);
+  // The kEnded event of `j`, once its end is written; then `done`.
+  Done Ended(Job* j);
   Done EndedThen(Job* j, Done done);
   // reserved -> ready, or delayed by `delay_ms`.
   void Requeue(Job* j, uint32_t priority, int64_t delay_ms, Done done);
@@ -400,6 +405,10 @@ class Engine {
   void Detach(Job* j);  // out of the set/timer of its current state
   // Writes `m`, the change just made to `j` in memory; see engine.cc.
   void Write(Job* j, store::Mutation m, Done done);
+  // Writes a change of a job this node's client held (finish, release,
+  // bury, touch; kWritten): `reply` once the store has it, in cluster mode
+  // once queued; `committed` (may be null) once the store has it.
+  void WriteHeld(Job* j, store::Mutation m, Done committed, Done reply);
   // Memory takes the store's record of `j` again after a failed write, then
   // `then` runs.
   void Resync(Job* j, std::function<void()> then);
@@ -556,6 +565,9 @@ class Engine {
   std::vector<std::unique_ptr<Client>> clients_;
   uint64_t next_id_ = 1;
   uint64_t unsound_rows_ = 0;  // rows Sound() left out
+  // Cluster mode: held jobs' changes answered once queued whose commit
+  // then failed (EngineStats::held_write_failures).
+  uint64_t held_write_failures_ = 0;
   uint64_t bury_seq_ = 0;
   uint64_t total_jobs_ = 0;
   uint64_t job_timeouts_ = 0;

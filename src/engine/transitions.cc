@@ -138,8 +138,9 @@ void Engine::Hold(Job* j, Client* holder, int64_t ttr_ms) {
 }
 
 // Finishing, releasing and burying a held job are acknowledged once written
-// (store::Durability::kWritten): lost to a power cut, each could only bring
-// the job back to be delivered again, which at-least-once allows.
+// (store::Durability::kWritten), in cluster mode once queued (WriteHeld):
+// lost to a power cut or a node's death, each could only bring the job back
+// to be delivered again, which at-least-once allows.
 void Engine::Finish(Job* j, Done done) {
   Detach(j);
   ++j->tube->deletes;
@@ -151,7 +152,7 @@ void Engine::Finish(Job* j, Done done) {
     r.done_ms = clock_.WallMillis();
     m = Mutation::Update(std::move(r)).Written();
   }
-  Write(j, std::move(m), EndedThen(j, std::move(done)));
+  WriteHeld(j, std::move(m), Ended(j), std::move(done));
 }
 
 void Engine::Cancel(Job* j, Done done) {
@@ -163,10 +164,16 @@ void Engine::Cancel(Job* j, Done done) {
 }
 
 // The job ends when the store has it ended (a failed write brings it back),
-// and is still pinned in memory while `done` runs.
-Engine::Done Engine::EndedThen(Job* j, Done done) {
-  return [this, j, done = std::move(done)](const Status& s) {
+// and is still pinned in memory while the callback runs.
+Engine::Done Engine::Ended(Job* j) {
+  return [this, j](const Status& s) {
     if (s.ok()) Emit(j->tube, JobEventKind::kEnded, j);
+  };
+}
+
+Engine::Done Engine::EndedThen(Job* j, Done done) {
+  return [ended = Ended(j), done = std::move(done)](const Status& s) {
+    ended(s);
     done(s);
   };
 }
@@ -182,7 +189,7 @@ void Engine::Requeue(Job* j, uint32_t priority, int64_t delay_ms, Done done) {
   } else {
     MakeReady(j);
   }
-  Write(j, Mutation::Update(Record(*j)).Written(), std::move(done));
+  WriteHeld(j, Mutation::Update(Record(*j)).Written(), nullptr, std::move(done));
 }
 
 void Engine::BuryHeld(Job* j, uint32_t priority, Done done) {
@@ -190,7 +197,7 @@ void Engine::BuryHeld(Job* j, uint32_t priority, Done done) {
   j->priority = priority;
   ++j->counters.buries;
   MakeBuried(j);
-  Write(j, Mutation::Update(Record(*j)).Written(), std::move(done));
+  WriteHeld(j, Mutation::Update(Record(*j)).Written(), nullptr, std::move(done));
 }
 
 void Engine::Park(Job* j, uint32_t priority, Done done) {

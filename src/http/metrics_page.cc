@@ -168,6 +168,10 @@ void Api::MetricsPage(Call& c) {
                "Stored job rows left out of memory because they break what the engine relies "
                "on (logged; they stay in the store).");
     out.Sample("delayd_store_unsound_rows", {}, engine_.unsound_rows());
+    out.Family("delayd_held_write_failures_total", "counter",
+               "Cluster mode: changes of held jobs (delete, release, bury, touch) answered once "
+               "queued whose commit then failed; each job is delivered again.");
+    out.Sample("delayd_held_write_failures_total", {}, engine_.held_write_failures());
     Counters(out, *options_.metrics, shown);
     Histograms(out, *options_.metrics, store ? &*store : nullptr);
     reply(Response{200, PrometheusText::kContentType, {}, out.text()});
