@@ -14,6 +14,8 @@
 // URI given (the benchmark's own loopback PostgreSQL) and stops by itself.
 import { PgBoss } from 'pg-boss';
 
+import { printLateness } from './report.mjs';
+
 const [mode, uri, a1, a2] = process.argv.slice(2);
 if (!mode || !uri) {
   console.error('usage: node bench.mjs insert|send|drain|lateness URI [jobs] [spread_s]');
@@ -101,12 +103,7 @@ async function lateness(jobs, spread) {
   const deadline = setTimeout(() => done(), (spread + 60) * 1000);
   await all;
   clearTimeout(deadline);
-  late.sort((x, y) => x - y);
-  const q = (p) => late[Math.min(late.length - 1, Math.floor(p * late.length))];
-  console.log(
-    `lateness jobs=${jobs} delivered=${late.length} p50_ms=${q(0.5)} p99_ms=${q(0.99)} ` +
-      `max_ms=${late[late.length - 1]}`,
-  );
+  printLateness(jobs, late);
 }
 
 try {
