@@ -479,6 +479,46 @@ TEST_F(ClusterTest, ADeleteOfAHeldJobIsAnsweredOnceQueuedAndCommittedAfter) {
   EXPECT_NE(m.body.find("delayd_held_write_failures_total 0\n"), std::string::npos);
 }
 
+// A delete answered once queued whose commit then finds the job changed
+// (its reservation ran out and an owner's sweep returned it meanwhile) is
+// counted, and the job stays, to be delivered again: at-least-once.
+TEST_F(ClusterTest, AnAnsweredDeleteRefusedAtItsCommitIsCountedAndTheJobIsDeliveredAgain) {
+  Start("n1");
+  ASSERT_TRUE(Settled(*nodes_["n1"], {"n1"}));
+  Client c(nodes_["n1"]->port());
+  const uint64_t job = c.Put("again", 0, 0, 60);
+  const std::string id = std::to_string(job);
+  ASSERT_EQ(c.Cmd("reserve-with-timeout 0"), "RESERVED " + id + " 5\r\nagain\r\n");
+
+  // What a sweep does to a reservation past its deadline, committed only
+  // after the delete is queued behind it.
+  PGconn* sweep = PQconnectdb(db_.uri().c_str());
+  ASSERT_EQ(PQstatus(sweep), CONNECTION_OK) << PQerrorMessage(sweep);
+  PQclear(PQexec(sweep, "BEGIN"));
+  PGresult* r = PQexec(sweep, ("UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, "
+                               "deadline_ms=NULL WHERE id=" +
+                               id)
+                                  .c_str());
+  EXPECT_EQ(std::string(PQcmdTuples(r)), "1");
+  PQclear(r);
+  EXPECT_EQ(c.Cmd("delete " + id, 5s), "DELETED\r\n");
+  PQclear(PQexec(sweep, "COMMIT"));
+  PQfinish(sweep);
+
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    HttpReply m = HttpCall(nodes_["n1"]->http_port(), "GET", "/metrics");
+    if (m.body.find("delayd_held_write_failures_total 1\n") != std::string::npos) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the refusal was never counted";
+    std::this_thread::sleep_for(10ms);
+  }
+  auto rows = Query(db_.uri(), "SELECT state FROM jobs WHERE id=" + id);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0][0], "0");  // ready
+  Client other(nodes_["n1"]->port());
+  EXPECT_EQ(other.Cmd("reserve-with-timeout 5", 10s), "RESERVED " + id + " 5\r\nagain\r\n");
+}
+
 TEST_F(ClusterTest, ANodeStoppedWithSigtermHandsItsShardsOverAtOnce) {
   for (const auto* id : {"n1", "n2", "n3"}) Start(id);
   ASSERT_TRUE(Settled(*nodes_["n1"], {"n1", "n2", "n3"}));

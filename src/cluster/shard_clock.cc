@@ -173,6 +173,7 @@ void ShardClock::Promote(int64_t now_ms) {
   while (!due_.empty() && std::get<0>(*due_.begin()) * 1000 <= wall_us + kWallSkewUs) {
     const auto [due_ms, shard, id] = *due_.begin();
     due_.erase(due_.begin());
+    if (owned_.count(shard) == 0) continue;  // Drop took its entries; kept for safety
     (*due)[shard].emplace_back(id, due_ms);
     latest_ms = std::max(latest_ms, due_ms);
   }

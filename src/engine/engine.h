@@ -566,7 +566,7 @@ class Engine {
   uint64_t next_id_ = 1;
   uint64_t unsound_rows_ = 0;  // rows Sound() left out
   // Cluster mode: held jobs' changes answered once queued whose commit
-  // then failed (EngineStats::held_write_failures).
+  // then failed (held_write_failures(), on /metrics).
   uint64_t held_write_failures_ = 0;
   uint64_t bury_seq_ = 0;
   uint64_t total_jobs_ = 0;
