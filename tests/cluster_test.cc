@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -107,6 +108,27 @@ class ClusterTest : public ::testing::Test {
       if (got == want || std::chrono::steady_clock::now() > deadline) return got;
       std::this_thread::sleep_for(5ms);
     }
+  }
+
+  // Another session's transaction that ran `sql`, left open so that the
+  // rows it locked or changed stay so until CommitSession; `rows` gets how
+  // many it returned or changed. Null (and a failure) if it cannot connect.
+  PGconn* OpenSession(const std::string& sql, int* rows) {
+    PGconn* c = PQconnectdb(db_.uri().c_str());
+    if (PQstatus(c) != CONNECTION_OK) {
+      ADD_FAILURE() << PQerrorMessage(c);
+      PQfinish(c);
+      return nullptr;
+    }
+    PQclear(PQexec(c, "BEGIN"));
+    PGresult* r = PQexec(c, sql.c_str());
+    *rows = PQresultStatus(r) == PGRES_TUPLES_OK ? PQntuples(r) : std::atoi(PQcmdTuples(r));
+    PQclear(r);
+    return c;
+  }
+  static void CommitSession(PGconn* c) {
+    PQclear(PQexec(c, "COMMIT"));
+    PQfinish(c);
   }
 
   store::testing::PgTestDb db_;
@@ -461,19 +483,16 @@ TEST_F(ClusterTest, ADeleteOfAHeldJobIsAnsweredOnceQueuedAndCommittedAfter) {
   const std::string id = std::to_string(job);
   ASSERT_EQ(c.Cmd("reserve-with-timeout 0"), "RESERVED " + id + " 4\r\nheld\r\n");
 
-  PGconn* locker = PQconnectdb(db_.uri().c_str());
-  ASSERT_EQ(PQstatus(locker), CONNECTION_OK) << PQerrorMessage(locker);
-  PQclear(PQexec(locker, "BEGIN"));
-  PGresult* r = PQexec(locker, ("SELECT 1 FROM jobs WHERE id=" + id + " FOR UPDATE").c_str());
-  EXPECT_EQ(PQntuples(r), 1);
-  PQclear(r);
+  int locked = 0;
+  PGconn* locker = OpenSession("SELECT 1 FROM jobs WHERE id=" + id + " FOR UPDATE", &locked);
+  ASSERT_NE(locker, nullptr);
+  EXPECT_EQ(locked, 1);
   EXPECT_EQ(c.Cmd("delete " + id, 5s), "DELETED\r\n");
   EXPECT_EQ(c.Cmd("peek " + id, 5s), "NOT_FOUND\r\n");
   auto rows = Query(db_.uri(), "SELECT state FROM jobs WHERE id=" + id);
   ASSERT_EQ(rows.size(), 1u) << "the delete was committed before its reply";
   EXPECT_EQ(rows[0][0], "4");  // still reserved: the commit waits for the lock
-  PQclear(PQexec(locker, "COMMIT"));
-  PQfinish(locker);
+  CommitSession(locker);
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (!Query(db_.uri(), "SELECT 1 FROM jobs WHERE id=" + id).empty()) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the delete never committed";
@@ -496,18 +515,14 @@ TEST_F(ClusterTest, AnAnsweredDeleteRefusedAtItsCommitIsCountedAndTheJobIsDelive
 
   // What a sweep does to a reservation past its deadline, committed only
   // after the delete is queued behind it.
-  PGconn* sweep = PQconnectdb(db_.uri().c_str());
-  ASSERT_EQ(PQstatus(sweep), CONNECTION_OK) << PQerrorMessage(sweep);
-  PQclear(PQexec(sweep, "BEGIN"));
-  PGresult* r = PQexec(sweep, ("UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, "
-                               "deadline_ms=NULL WHERE id=" +
-                               id)
-                                  .c_str());
-  EXPECT_EQ(std::string(PQcmdTuples(r)), "1");
-  PQclear(r);
+  int swept = 0;
+  PGconn* sweep = OpenSession(
+      "UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, deadline_ms=NULL WHERE id=" + id,
+      &swept);
+  ASSERT_NE(sweep, nullptr);
+  EXPECT_EQ(swept, 1);
   EXPECT_EQ(c.Cmd("delete " + id, 5s), "DELETED\r\n");
-  PQclear(PQexec(sweep, "COMMIT"));
-  PQfinish(sweep);
+  CommitSession(sweep);
 
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   for (;;) {
