@@ -14,20 +14,16 @@ using store::JobRecord;
 using store::Mutation;
 using store::StoredState;
 
-namespace {
-constexpr uint64_t kMaxClusterKick = 100'000;
-}  // namespace
-
 void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms, std::string body,
                  std::function<void(Result<uint64_t>)> done) {
   if (draining_) {
     done(Status::Unavailable("draining"));
     return;
   }
-  if (ids_ != nullptr && ids_->available() == 0) {
+  if (!home_->IdsAtHand(1)) {
     // Cluster mode: the next block of ids is on its way; puts wait in order.
     Pin(c);
-    ids_->Wait(1, [this, c, priority, delay_ms, ttr_ms, body = std::move(body),
+    home_->WaitIds(1, [this, c, priority, delay_ms, ttr_ms, body = std::move(body),
                    done = std::move(done)](const Status& s) mutable {
       if (!Unpin(c)) return done(Status::Unavailable("the client hung up"));
       if (!s.ok()) return done(s);
@@ -37,7 +33,7 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
   }
   const int64_t due_us = DueFromNow(delay_ms);
   JobRecord r;
-  r.id = NewId();
+  r.id = home_->NextId();
   r.tube = c->use->name;
   r.priority = priority;
   r.state = delay_ms > 0 ? StoredState::kDelayed : StoredState::kReady;
@@ -147,8 +143,8 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
                        const std::unordered_map<std::string, std::optional<JobRecord>>& keys,
                        std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also) {
   if (draining_) return done(Status::Unavailable("draining"));
-  if (const size_t n = jobs.size(); ids_ != nullptr && ids_->available() < n) {
-    ids_->Wait(n, [this, topic, jobs = std::move(jobs), keys, done = std::move(done),
+  if (const size_t n = jobs.size(); !home_->IdsAtHand(n)) {
+    home_->WaitIds(n, [this, topic, jobs = std::move(jobs), keys, done = std::move(done),
                    also = std::move(also)](const Status& s) mutable {
       if (!s.ok()) return done(s);
       SubmitNow(topic, std::move(jobs), keys, std::move(done), std::move(also));
@@ -196,7 +192,7 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
     int64_t ttr_ms = n.ttr_ms;
     ApplyDefaults(tube, n.spec, ttr_ms);
     JobRecord r;
-    r.id = NewId();
+    r.id = home_->NextId();
     r.tube = topic;
     r.priority = n.priority;
     // A past time to run at is now; a delay ends at its microsecond.
@@ -255,13 +251,7 @@ void Engine::ReserveJob(Client* c, uint64_t id, Reply<JobView> done) {
         if (!found.ok()) return done(found.status());
         Job* j = found.value();
         Grant(c, j);
-        if (shared_ == nullptr) return done(View(*j));
-        // Cluster mode: the reservation is a row, held once written.
-        Write(j, Mutation::Update(Record(*j)).Written(),
-              [this, id = j->id, done = std::move(done)](const Status& s) {
-                if (!s.ok()) return done(s);
-                done(View(*jobs_.at(id)));
-              });
+        home_->ReservedById(j, std::move(done));
       },
       c);
 }
@@ -300,10 +290,7 @@ void Engine::Touch(Client* c, uint64_t id, Done done) {
   j->deadline_us = clock_.SteadyMicros() + j->ttr_ms * 1000;
   c->reserved.insert(j);
   Schedule(j->timer, TickAtSteady(j->deadline_us));
-  if (shared_ == nullptr) return done(Status::Ok());
-  // Lost to a power cut, the old deadline may return the job early: a
-  // delivery again, as at-least-once allows.
-  WriteHeld(j, Mutation::Update(Record(*j)).Written(), nullptr, std::move(done));
+  home_->Touched(j, std::move(done));
 }
 
 void Engine::KickJob(uint64_t id, Done done) {
@@ -317,30 +304,7 @@ void Engine::KickJob(uint64_t id, Done done) {
 }
 
 void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>)> done) {
-  if (shared_ == nullptr) return KickTube(c->use->name, bound, std::nullopt, std::move(done));
-  // Cluster mode: the tube's buried rows if it has any, else its delayed
-  // ones, soonest first; each kick guarded by the version read. Each is
-  // brought into memory for its write, so one kick takes kMaxClusterKick at
-  // most (KICKED says how many; kick again for more).
-  bound = std::min(bound, kMaxClusterKick);
-  Aside(
-      [&store = store_, tube = c->use->name, bound]() -> Result<std::vector<JobRecord>> {
-        store::ListQuery q;
-        q.tube = tube;
-        q.state = StoredState::kBuried;
-        q.limit = bound;
-        auto buried = store.List(q);
-        if (!buried.ok() || !buried->empty()) return buried;
-        return store.FarDelayed(tube, std::numeric_limits<int64_t>::min(), bound);
-      },
-      [this, done = std::move(done)](Result<std::vector<JobRecord>> rows, uint64_t) mutable {
-        if (!rows.ok()) return done(rows.status());
-        std::vector<Job*> kicked;
-        for (const JobRecord& r : *rows) {
-          if (!jobs_.count(r.id)) kicked.push_back(AdoptRow(r));  // else being changed here
-        }
-        KickAll(std::move(kicked), std::move(done));
-      });
+  home_->Kick(c, bound, std::move(done));
 }
 
 // Picks the jobs to kick from memory; when it needs delayed jobs beyond the
@@ -481,7 +445,7 @@ void Engine::RunNow(uint64_t id, Done done) {
         if (!found.ok()) return done(found.status());
         Job* j = found.value();
         if (j->state == JobState::kReady) {
-          if (shared_ != nullptr && j->pending_writes == 0) Unadopt(j);  // read for nothing
+          home_->Unused(j);  // read for nothing
           return done(Status::Ok());
         }
         Detach(j);
@@ -518,14 +482,7 @@ void Engine::Retry(uint64_t id, Done done) {
     if (!found.ok()) return done(found.status());
     KickOne(found.value(), /*fresh_budget=*/true, std::move(done));
   };
-  if (shared_ != nullptr) {
-    return FindOrLoad(
-        id, [](const Job& j) { return j.state == JobState::kBuried; }, std::move(retry));
-  }
-  Job* j = FindLive(id);
-  if (j == nullptr) return retry(Status::NotFound("no such job"));
-  if (j->state != JobState::kBuried) return retry(Status::Conflict("not buried"));
-  retry(j);
+  home_->FindBuried(id, std::move(retry));
 }
 
 Result<JobInfo> Engine::AdoptReservation(Client* c, uint64_t id) {
@@ -564,14 +521,14 @@ std::optional<PushLease> Engine::TakePush(const std::string& topic) {
     for (Job* ready : t->push_ready) {
       // In cluster mode a push job is this node's once claimed for it; one
       // made ready here is being written back, for its shard's owner.
-      if (shared_ == nullptr || ready->claimed) {
+      if (home_->Dispatchable(*ready)) {
         j = ready;
         break;
       }
     }
   }
   if (j == nullptr) {
-    if (shared_ != nullptr) ClaimPush(topic);
+    home_->NoPushReady(topic);
     return std::nullopt;
   }
   // The reservation outlives the request's own timeout, so it runs out only

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cassert>
 
+#include "engine/local_home.h"
 #include "engine/spec_json.h"
 
 namespace delayd::engine {
@@ -28,6 +29,7 @@ Engine::Engine(store::Store& store, const Clock& clock, EngineOptions options, W
       wheel_(NowTick()) {
   loader_timer_.kind = TimerKind::kLoader;
   push_retry_timer_.kind = TimerKind::kPushRetry;
+  home_ = std::make_unique<LocalHome>(*this);
   in_doubt_timer_.kind = TimerKind::kInDoubt;
   FindOrMakeTube(kDefaultTube)->permanent = true;
   // Internal holders of reservations: they use and watch no tube, so they
@@ -66,7 +68,7 @@ Tube* Engine::FindOrMakeTube(const std::string& name) {
   Tube* raw = t.get();
   tubes_.push_back(std::move(t));
   tube_index_.emplace(name, raw);
-  if (shared_ != nullptr) ReadTubes(name);  // paused, or given settings, by another node
+  home_->TubeMade(name);  // in cluster mode, paused or given settings by another node
   return raw;
 }
 
@@ -103,7 +105,7 @@ void Engine::Disconnect(Client* c) {
   for (Job* j : held) {
     Detach(j);
     MakeReady(j);
-    if (shared_ != nullptr) WriteRequeued(j);
+    home_->Requeued(j);
   }
   // Each tube once: a tube both used and watched must not be looked at
   // again after dropping it.
@@ -221,10 +223,7 @@ JobRecord Engine::Record(const Job& j) const {
   r.run_at_ms = j.run_at_ms;
   r.counters = j.counters;
   r.push = j.push();
-  if (shared_ != nullptr && j.state == JobState::kReserved) {
-    r.reserved_by = shared_->node_id();
-    r.deadline_ms = clock_.WallMillis() + (j.deadline_us - clock_.SteadyMicros()) / 1000;
-  }
+  home_->Stamp(j, r);
   if (j.extra) {
     r.key = j.extra->key;
     r.spec = j.extra->spec_text;
@@ -263,31 +262,15 @@ void Engine::ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const 
 // Pins `j` in memory until the mutation is answered. Memory changed before
 // the write (so the client's next command sees it); a write that fails is
 // undone by taking the store's record again, before `done` tells the client.
-//
-// Cluster mode: a write of a job read from the database requires the
-// version it was read at, plus one for each write queued since (one node's
-// writes commit in order). A write that fails leaves the job to the
-// database: it leaves memory (a held job's reservation is lost), and a
-// version that moved on (another node changed the job) answers kNotFound.
+// The home guards the write (in cluster mode, by the row's version) and
+// may take a refused one to itself (SharedHome::Refused).
 void Engine::Write(Job* j, Mutation m, Done done) {
-  if (shared_ != nullptr && !std::holds_alternative<store::change::InsertJob>(m.change)) {
-    m = std::move(m).IfVersion(j->version++);
-  }
+  home_->Guard(*j, m);
   ++j->pending_writes;
   if (auto r = resyncing_.find(j->id); r != resyncing_.end()) r->second = true;
   store_.Submit(std::move(m), [this, id = j->id, done = std::move(done)](const Status& s) {
     Job* job = jobs_.at(id).get();
-    if (!s.ok() && shared_ != nullptr) {
-      if (job->state != JobState::kPending) {
-        Detach(job);
-        job->state = JobState::kDeleting;
-      }
-      done(s.code() == StatusCode::kConflict
-               ? Status::NotFound("the job was changed meanwhile (its reservation ran out, or "
-                                  "another node acted on it)")
-               : s);
-      return WriteDone(job);
-    }
+    if (!s.ok() && home_->Refused(job, s, done)) return WriteDone(job);
     if (!s.ok()) job->diverged = true;
     // With later writes still queued, the last of them resyncs: each carries
     // the whole job, so the store ends as memory is unless one fails.
@@ -302,33 +285,10 @@ void Engine::Write(Job* j, Mutation m, Done done) {
   });
 }
 
-// Cluster mode: the change is answered once queued. Every node's writer
-// commits what is queued as soon as its batch in flight is done, so a
-// change answered is committed within about two commits (a few ms); a node
-// that dies meanwhile leaves the job reserved by it, and the owners' sweep
-// returns it after its ttr (README, "Guarantees"). The job stays pinned in
-// memory until the commit, so this node's reads never see it as it was;
-// a write refused meanwhile (the reservation ran out and another node took
-// the job) is logged: the job is delivered again.
+// Where a held job's change is answered is the home's: on one node after
+// its commit, in cluster mode once queued (SharedHome::WriteHeld).
 void Engine::WriteHeld(Job* j, Mutation m, Done committed, Done reply) {
-  if (shared_ == nullptr) {
-    return Write(j, std::move(m),
-                 [committed = std::move(committed), reply = std::move(reply)](const Status& s) {
-                   if (committed) committed(s);
-                   reply(s);
-                 });
-  }
-  Write(j, std::move(m), [this, id = j->id, committed = std::move(committed)](const Status& s) {
-    if (!s.ok()) {
-      ++held_write_failures_;
-      spdlog::warn(
-          "job {}: a change answered before its commit failed; it will be delivered "
-          "again: {}",
-          id, s.ToString());
-    }
-    if (committed) committed(s);
-  });
-  reply(Status::Ok());
+  home_->WriteHeld(j, std::move(m), std::move(committed), std::move(reply));
 }
 
 // The job stays pinned by the failed write while its record is read.
@@ -411,9 +371,9 @@ void Engine::TakeStored(Job* j, const Result<std::optional<JobRecord>>& read) {
 void Engine::WriteDone(Job* j) {
   if (--j->pending_writes > 0) return;
   Tube* t = j->tube;
-  // Cluster mode: the database has the job now, unless one of this node's
-  // clients holds it.
-  if (shared_ != nullptr && j->state != JobState::kReserved) {
+  // In cluster mode the database has the job now, unless one of this
+  // node's clients holds it.
+  if (!home_->Keeps(*j)) {
     Detach(j);
     j->state = JobState::kDeleting;
   }
@@ -436,12 +396,7 @@ void Engine::Forget(Job* j) {
   const uint64_t id = j->id;
   left_.Changed(id);
   jobs_.erase(id);
-  auto waiting = adopt_after_.find(id);
-  if (waiting == adopt_after_.end()) return;
-  auto [c, r] = std::move(waiting->second);
-  adopt_after_.erase(waiting);
-  if (!Unpin(c)) return claimer_->Return(std::move(r));
-  Adopt(c, std::move(r));
+  home_->Forgotten(id);
 }
 
 }  // namespace delayd::engine

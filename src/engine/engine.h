@@ -19,7 +19,8 @@
 // Files, by concept: engine.cc (tubes, clients, jobs in memory, the write
 // path), transitions.cc (the state machine), commands.cc (what clients ask
 // for), reads.cc, waiters.cc (blocked reserves), timing.cc (ticks and the
-// wheel), horizon.cc (recovery, the loader, jobs beyond the horizon).
+// wheel), horizon.cc (recovery, the loader, jobs beyond the horizon),
+// local_home.cc and shared_home*.cc (the two homes).
 //
 // Reads: jobs memory does not hold (delayed beyond the horizon, done, or
 // looked up by key) are read from the store aside (Store::ReadAside), so
@@ -29,17 +30,10 @@
 // the engine notes the jobs that leave memory while reads are in flight, and
 // reads again a row of such a job.
 //
-// Cluster mode (doc/cluster.md, JoinCluster): the queue is the database's,
-// shared by every node. Memory then holds clients, tubes, waiters and the
-// jobs this node's clients hold (with the row version their claim gave
-// them); ready, delayed and buried jobs are rows. A waiter is served by a
-// claim (engine::Claims, which cluster::Claimer implements), a put takes
-// its id from a block (engine::IdSource: cluster::IdBlocks), and every write of a job read from the
-// database is guarded by the version it was read at: a job another node changed meanwhile answers
-// kNotFound, as beanstalkd answers for a reservation that ran out. A job a transition brings into
-// memory (a kick, a delete) leaves it once its write is answered. Peeks and counts are read from
-// the database: `stats` counts the cluster's jobs; the counters of commands (total-jobs, cmd-*,
-// job-timeouts) are this node's.
+// Where jobs live between transitions is the engine's JobHome (job_home.h):
+// memory and the horizon as above (LocalHome), or in cluster mode
+// (doc/cluster.md, JoinCluster) the database's rows, shared by every node
+// (SharedHome, shared_home.h). The engine itself has one path for both.
 //
 // Threading: not thread-safe. Every method, and every callback it makes, runs
 // on the one thread that owns the engine (the server's event loop).
@@ -61,6 +55,7 @@
 #include "common/status.h"
 #include "engine/api_types.h"
 #include "engine/events.h"
+#include "engine/job_home.h"
 #include "engine/shared_seams.h"
 #include "engine/stats.h"
 #include "engine/types.h"
@@ -115,20 +110,20 @@ class Engine {
   // are served by `claimer` and puts take ids from `ids`. Call before
   // Recover; all three must outlive the engine.
   void JoinCluster(store::SharedQueue& queue, Claims& claimer, IdSource& ids);
-  bool clustered() const { return shared_ != nullptr; }
+  bool clustered() const { return home_->shared(); }
   // Cluster mode: notices heard from the database (a tube changed, push jobs
   // of an owned shard became ready).
-  void Hear(const std::vector<store::Notice>& notices);
+  void Hear(const std::vector<store::Notice>& notices) { home_->Hear(notices); }
   // Cluster mode: the shards this node owns now; their ready push jobs are
   // its dispatcher's (TakePush claims them). Those gained or retaken at a
   // new epoch are read for ready push jobs no notice told of.
-  void SetOwnership(const store::Ownership& owned);
+  void SetOwnership(const store::Ownership& owned) { home_->SetOwnership(owned); }
   // Cluster mode, at shutdown: push jobs claimed for the dispatcher and not
   // yet taken go back to ready, for the shards' next owners. Call once no
   // claim is in flight (PushClaimsInFlight), or its jobs stay claimed until
   // their ttr runs out.
-  void ReturnClaimed();
-  size_t PushClaimsInFlight() const;
+  void ReturnClaimed() { home_->ReturnClaimed(); }
+  size_t PushClaimsInFlight() const { return home_->PushClaimsInFlight(); }
 
   // Records submissions, fires and fire lateness in `metrics`, which must
   // outlive the engine. Call before Recover.
@@ -220,7 +215,7 @@ class Engine {
   uint64_t unsound_rows() const { return unsound_rows_; }
   // Cluster mode: changes of held jobs answered once queued (WriteHeld)
   // whose commit then failed.
-  uint64_t held_write_failures() const { return held_write_failures_; }
+  uint64_t held_write_failures() const { return home_->held_write_failures(); }
 
   // --- the HTTP API ---
   // Submits jobs to one topic, all durable or none. Jobs whose key is taken
@@ -244,7 +239,7 @@ class Engine {
   void DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<std::string> topic,
                    Reply<Forecast> done);
   bool ForecastInMemory(int64_t bucket_minutes) const {
-    return shared_ == nullptr && bucket_minutes % 60 == 0;
+    return home_->CountsDueInMemory() && bucket_minutes % 60 == 0;
   }
   // Dead letters (of `topic`, or all) grouped by last error, largest first,
   // read from the store: a job buried by a write not yet answered may be
@@ -320,6 +315,9 @@ class Engine {
   size_t jobs_in_memory() const { return jobs_.size(); }
 
  private:
+  friend class LocalHome;
+  friend class SharedHome;
+
   // Time.
   uint64_t NowTick() const;
   uint64_t TickAtSteady(int64_t steady_us) const;
@@ -415,9 +413,9 @@ class Engine {
   void WriteDone(Job* j);
   // Memory takes the store's record `read` of `j` (Resync's second half).
   void TakeStored(Job* j, const Result<std::optional<store::JobRecord>>& read);
-  // Whether the store's record `r` is of a delayed job beyond what memory
-  // holds (and not yet being loaded).
-  bool IsFar(const store::JobRecord& r) const;
+  // Whether the store's record `r` is of a job memory does not hold (on one
+  // node a delayed job beyond the loaded horizon, not yet being loaded).
+  bool IsFar(const store::JobRecord& r) const { return home_->IsFar(r); }
   // Whether a row read from the store may be placed in memory: it is sound
   // (store::RecordFault) and its id is not in memory already. An unsound row
   // is logged and counted (EngineStats::unsound_rows), and left in the store.
@@ -485,41 +483,11 @@ class Engine {
   void Pin(Client* c) { ++c->reads; }
   bool Unpin(Client* c);
 
-  // Cluster mode (shared.cc).
-  uint64_t NewId() { return ids_ != nullptr ? ids_->Next() : next_id_++; }
-  Status RecoverShared();
-  void ReserveShared(Client* c, int64_t timeout_ms);
-  // The watched tubes a claim may take from (not paused).
-  std::vector<std::string> ClaimTubes(const Client* c) const;
-  // (Re)starts the claims of a waiting client, after its tubes' pauses
-  // changed.
-  void Claim(Client* c);
-  void Rewait(Tube* t);
-  // A job claimed for `c` (a waiter, or a one-shot claim): held by it, or
-  // returned if it stopped waiting.
-  void Adopt(Client* c, store::JobRecord r);
-  // A row brought into memory in its stored state, for a transition.
-  Job* AdoptRow(const store::JobRecord& r);
-  // Drops a job adopted for a transition that did not happen.
-  void Unadopt(Job* j);
-  // A tube's stored pause and settings, read again.
-  void TakeTube(const store::TubeRow& row);
-  void ReadTubes(std::optional<std::string> name);
-  // The database's job counts of `tube`, or of every tube.
-  void CountShared(std::optional<std::string> tube, Reply<std::vector<store::TubeCount>> done);
-  // The cluster's topics (all, or `tube`): counts, pauses and settings.
-  void TopicsShared(std::optional<std::string> tube, Reply<std::vector<TopicInfo>> done);
-  // Writes a held job's return to ready (ttr, disconnect) in cluster mode.
-  void WriteRequeued(Job* j);
-  // Push jobs in cluster mode (shared_push.cc): the topics whose push jobs
-  // a claim should look for, claims for the dispatcher, and their retries.
-  void ReadPushTubes(std::vector<int> shards);
-  void WantPush(const std::string& topic);
-  void EmitPushReady(const std::string& topic);
-  void ClaimPush(const std::string& topic);
-  void PushClaimed(const std::string& topic, size_t limit,
-                   Result<std::vector<store::JobRecord>> rows);
-  void RetryPush();
+  // The local home's (local_home.cc) ways, which need the engine's memory.
+  Status RecoverHorizon();
+  void ReserveFromMemory(Client* c, int64_t timeout_ms);
+  // The soonest delayed job of `tube`, in memory or beyond the horizon.
+  void PeekDelayedHere(const std::string& tube, Reply<JobView> done);
 
   // Waiters.
   void Serve(Tube* t);
@@ -532,23 +500,9 @@ class Engine {
   void ExpireReservation(Job* j);
 
   store::Store& store_;
-  // Cluster mode only (JoinCluster); null on one node.
-  store::SharedQueue* shared_ = nullptr;
-  Claims* claimer_ = nullptr;
-  IdSource* ids_ = nullptr;
-  Client* remote_holder_ = nullptr;  // holds jobs adopted reserved by another node
-  // Claims answered for a client while the job was still in memory (a write
-  // of it pending): adopted once it leaves.
-  std::unordered_map<uint64_t, std::pair<Client*, store::JobRecord>> adopt_after_;
-  store::Ownership owned_;  // shards this node owns (their push jobs are its own)
-  // Per topic whose push jobs this node claims: a claim is in flight, or
-  // another is wanted (a notice came, or the last claim came back full).
-  struct PushClaims {
-    bool claiming = false;
-    bool more = false;
-  };
-  std::map<std::string, PushClaims> push_claims_;
-  bool push_rescan_ = false;  // the push topics of owned shards must be read again
+  // Where jobs live between transitions: LocalHome, or SharedHome once
+  // JoinCluster is called.
+  std::unique_ptr<JobHome> home_;
   EngineTimer push_retry_timer_;
   const Clock& clock_;
   const EngineOptions options_;
@@ -565,9 +519,6 @@ class Engine {
   std::vector<std::unique_ptr<Client>> clients_;
   uint64_t next_id_ = 1;
   uint64_t unsound_rows_ = 0;  // rows Sound() left out
-  // Cluster mode: held jobs' changes answered once queued whose commit
-  // then failed (held_write_failures(), on /metrics).
-  uint64_t held_write_failures_ = 0;
   uint64_t bury_seq_ = 0;
   uint64_t total_jobs_ = 0;
   uint64_t job_timeouts_ = 0;

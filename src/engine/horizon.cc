@@ -11,8 +11,9 @@ namespace delayd::engine {
 using store::JobRecord;
 using store::StoredState;
 
-Status Engine::Recover() {
-  if (shared_ != nullptr) return RecoverShared();
+Status Engine::Recover() { return home_->Recover(); }
+
+Status Engine::RecoverHorizon() {
   const int64_t now_ms = clock_.WallMillis();
   const int64_t horizon_minute = store::DueMinute(now_ms + options_.horizon_ms);
   auto r = store_.Recover(horizon_minute);
@@ -134,14 +135,6 @@ void Engine::Loaded(Result<std::vector<JobRecord>> rows, uint64_t since) {
   ScheduleLoader();
 }
 
-bool Engine::IsFar(const JobRecord& r) const {
-  if (shared_ != nullptr) return r.state != StoredState::kDone;  // memory holds no row
-  const int64_t minute = store::DueMinute(r.due_ms);
-  return r.state == StoredState::kDelayed &&
-         (minute > loaded_minute_ ||
-          (minute == loaded_minute_ && !load_done_ && r.id > load_cursor_));
-}
-
 void Engine::ReadFar(uint64_t id, Reply<std::optional<JobRecord>> done) {
   if (jobs_.count(id)) return done(std::optional<JobRecord>());
   Aside([&store = store_, id] { return store.Get(id); },
@@ -174,15 +167,7 @@ void Engine::FindOrLoad(uint64_t id, std::function<bool(const Job&)> allowed, Re
             if (auto r = found()) return done(std::move(*r));  // came into memory meanwhile
             if (!far.ok()) return done(far.status());
             if (!far.value()) return done(Status::NotFound("no such job"));
-            if (shared_ == nullptr)
-              return done(MaterializeFar(**far));  // delayed: every caller accepts it
-            Job* j = AdoptRow(**far);
-            if (!allowed(*j)) {
-              const JobState state = j->state;
-              Unadopt(j);
-              return done(Status::Conflict("job is " + std::string(StateName(state))));
-            }
-            done(j);
+            done(home_->Bring(**far, allowed));
           });
 }
 

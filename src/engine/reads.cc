@@ -20,39 +20,9 @@ void Engine::Peek(uint64_t id, Reply<JobView> done) {
       std::move(done));
 }
 
-namespace {
-// A row's job, or kNotFound saying `none`.
-Result<JobView> RowView(Result<std::optional<JobRecord>> r, const char* none) {
-  if (!r.ok()) return r.status();
-  if (!r.value()) return Status::NotFound(none);
-  return JobView{r.value()->id, std::make_shared<const std::string>(std::move(r.value()->body))};
-}
-Result<std::optional<JobRecord>> FirstRow(Result<std::vector<JobRecord>> rows) {
-  if (!rows.ok()) return rows.status();
-  if (rows->empty()) return std::optional<JobRecord>();
-  return std::optional<JobRecord>(std::move(rows->front()));
-}
-}  // namespace
+void Engine::PeekReady(Client* c, Reply<JobView> done) { home_->PeekReady(c, std::move(done)); }
 
-void Engine::PeekReady(Client* c, Reply<JobView> done) {
-  if (shared_ == nullptr) return done(PeekReady(c));
-  Aside([q = shared_, tube = c->use->name] { return q->BestReady(tube); },
-        [done = std::move(done)](Result<std::optional<JobRecord>> r, uint64_t) {
-          done(RowView(std::move(r), "no ready job"));
-        });
-}
-
-void Engine::PeekBuried(Client* c, Reply<JobView> done) {
-  if (shared_ == nullptr) return done(PeekBuried(c));
-  store::ListQuery q;
-  q.tube = c->use->name;
-  q.state = StoredState::kBuried;
-  q.limit = 1;
-  Aside([&store = store_, q] { return FirstRow(store.List(q)); },
-        [done = std::move(done)](Result<std::optional<JobRecord>> r, uint64_t) {
-          done(RowView(std::move(r), "no buried job"));
-        });
-}
+void Engine::PeekBuried(Client* c, Reply<JobView> done) { home_->PeekBuried(c, std::move(done)); }
 
 Result<JobView> Engine::PeekReady(Client* c) {
   if (c->use->ready.empty()) return Status::NotFound("no ready job");
@@ -64,15 +34,10 @@ void Engine::PeekDelayed(Client* c, Reply<JobView> done) { PeekFar(c->use->name,
 // The soonest delayed job of the tube: in memory if it has any (they are
 // due before every job beyond the horizon), else the store's soonest.
 void Engine::PeekFar(const std::string& tube, Reply<JobView> done) {
-  if (shared_ != nullptr) {
-    return Aside(
-        [&store = store_, tube] {
-          return FirstRow(store.FarDelayed(tube, std::numeric_limits<int64_t>::min(), 1));
-        },
-        [done = std::move(done)](Result<std::optional<JobRecord>> r, uint64_t) {
-          done(RowView(std::move(r), "no delayed job"));
-        });
-  }
+  home_->PeekDelayed(tube, std::move(done));
+}
+
+void Engine::PeekDelayedHere(const std::string& tube, Reply<JobView> done) {
   Tube* t = FindTube(tube);
   if (t != nullptr && !t->delayed.empty()) return done(View(**t->delayed.begin()));
   if (t == nullptr || t->far_delayed == 0) return done(Status::NotFound("no delayed job"));
@@ -85,7 +50,7 @@ void Engine::PeekFar(const std::string& tube, Reply<JobView> done) {
           if (now != nullptr && !now->delayed.empty()) return done(View(**now->delayed.begin()));
           for (JobRecord& rec : rows.value()) {
             // Changed in memory since the read: the rows may be out of date.
-            if (LeftSince(rec.id, since)) return PeekFar(tube, std::move(done));
+            if (LeftSince(rec.id, since)) return PeekDelayedHere(tube, std::move(done));
             if (jobs_.count(rec.id) || !IsFar(rec)) continue;
             return done(JobView{rec.id, std::make_shared<const std::string>(std::move(rec.body))});
           }
@@ -157,61 +122,13 @@ Result<TubeStats> Engine::StatsTube(const std::string& name) const {
   return s;
 }
 
-namespace {
-void AddCounts(const store::TubeCount& n, uint64_t& ready, uint64_t& urgent, uint64_t& delayed,
-               uint64_t& reserved, uint64_t& buried) {
-  ready += n.ready;
-  urgent += n.urgent;
-  delayed += n.delayed;
-  reserved += n.reserved;
-  buried += n.buried;
-}
-}  // namespace
-
 void Engine::StatsTube(const std::string& name, Reply<TubeStats> done) {
-  if (shared_ == nullptr) return done(StatsTube(name));
-  CountShared(name,
-              [this, name, done = std::move(done)](Result<std::vector<store::TubeCount>> counts) {
-                if (!counts.ok()) return done(counts.status());
-                Result<TubeStats> local = StatsTube(name);
-                if (!local.ok() && counts->empty()) return done(local.status());
-                TubeStats s = local.ok() ? *local : TubeStats{};
-                s.name = name;
-                s.ready = s.urgent = s.delayed = s.reserved = s.buried = 0;
-                for (const store::TubeCount& n : *counts) {
-                  AddCounts(n, s.ready, s.urgent, s.delayed, s.reserved, s.buried);
-                }
-                done(s);
-              });
+  home_->StatsTube(name, std::move(done));
 }
 
-void Engine::Stats(Reply<EngineStats> done) {
-  if (shared_ == nullptr) return done(Stats());
-  CountShared(std::nullopt,
-              [this, done = std::move(done)](Result<std::vector<store::TubeCount>> counts) {
-                if (!counts.ok()) return done(counts.status());
-                EngineStats s = Stats();
-                s.ready = s.urgent = s.delayed = s.reserved = s.buried = 0;
-                for (const store::TubeCount& n : *counts) {
-                  AddCounts(n, s.ready, s.urgent, s.delayed, s.reserved, s.buried);
-                  if (FindTube(n.tube) == nullptr) ++s.tubes;
-                }
-                done(s);
-              });
-}
+void Engine::Stats(Reply<EngineStats> done) { home_->Stats(std::move(done)); }
 
-void Engine::TubeNames(Reply<std::vector<std::string>> done) {
-  if (shared_ == nullptr) return done(TubeNames());
-  CountShared(std::nullopt,
-              [this, done = std::move(done)](Result<std::vector<store::TubeCount>> counts) {
-                if (!counts.ok()) return done(counts.status());
-                std::vector<std::string> names = TubeNames();
-                for (const store::TubeCount& n : *counts) {
-                  if (FindTube(n.tube) == nullptr) names.push_back(n.tube);
-                }
-                done(std::move(names));
-              });
-}
+void Engine::TubeNames(Reply<std::vector<std::string>> done) { home_->TubeNames(std::move(done)); }
 
 EngineStats Engine::Stats() const {
   EngineStats s;
@@ -383,7 +300,7 @@ void Engine::List(const ListFilter& f, Reply<ListPage> done) {
     if (f.body && !f.body->Matches(r.body)) return false;
     return r.last_error.find(f.error_contains) != std::string::npos;
   };
-  if (f.state == JobState::kReserved && shared_ == nullptr) {
+  if (f.state == JobState::kReserved && home_->ReservationsInMemory()) {
     // Reservations live only in memory (in cluster mode they are rows).
     ListPage page;
     std::vector<Job*> held;
@@ -515,13 +432,11 @@ Result<TopicInfo> Engine::Topic(const std::string& name) const {
 }
 
 void Engine::Topics(Reply<std::vector<TopicInfo>> done) {
-  if (shared_ == nullptr) return done(Topics());
-  TopicsShared(std::nullopt, std::move(done));
+  home_->Topics(std::nullopt, std::move(done));
 }
 
 void Engine::Topic(const std::string& name, Reply<TopicInfo> done) {
-  if (shared_ == nullptr) return done(Topic(name));
-  TopicsShared(name, [done = std::move(done)](Result<std::vector<TopicInfo>> r) {
+  home_->Topics(name, [done = std::move(done)](Result<std::vector<TopicInfo>> r) {
     if (!r.ok()) return done(r.status());
     if (r->empty()) return done(Status::NotFound("no such topic"));
     done(std::move(r->front()));

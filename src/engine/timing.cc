@@ -90,7 +90,7 @@ void Engine::Fire(EngineTimer* t) {
       LoadStep();
       break;
     case TimerKind::kPushRetry:
-      RetryPush();
+      home_->RetryPush();
       break;
     case TimerKind::kInDoubt:
       ReadInDoubt();

@@ -88,13 +88,7 @@ void Engine::CountFire(const Job& j) {
 
 void Engine::Emit(Tube* t, JobEventKind kind, const Job* j) {
   if (kind == JobEventKind::kReady && (j == nullptr || !j->push())) {
-    // In cluster mode a ready job is a row, claimed; a tube that resumed
-    // starts its waiters' claims again.
-    if (shared_ == nullptr) {
-      Serve(t);
-    } else if (j == nullptr) {
-      Rewait(t);
-    }
+    home_->Readied(t, j);
   }
   const JobEvent e{kind, j != nullptr ? j->id : 0, t->name, j != nullptr && j->push()};
   for (const auto& [id, fn] : listeners_) fn(e);
@@ -226,7 +220,7 @@ void Engine::ExpireReservation(Job* j) {
   ++j->counters.timeouts;
   ++job_timeouts_;
   MakeReady(j);
-  if (shared_ != nullptr) WriteRequeued(j);
+  home_->Requeued(j);
   if (c->waiting) ScheduleClient(c);
 }
 

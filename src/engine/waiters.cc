@@ -6,8 +6,9 @@
 
 namespace delayd::engine {
 
-void Engine::Reserve(Client* c, int64_t timeout_ms) {
-  if (shared_ != nullptr) return ReserveShared(c, timeout_ms);
+void Engine::Reserve(Client* c, int64_t timeout_ms) { home_->Reserve(c, timeout_ms); }
+
+void Engine::ReserveFromMemory(Client* c, int64_t timeout_ms) {
   bool any_ready = false;
   Job* best = nullptr;
   for (Tube* t : c->watch) {
@@ -54,10 +55,7 @@ void Engine::StopWaiting(Client* c) {
   if (!c->waiting) return;
   c->waiting = false;
   --waiting_;
-  if (c->claim != 0) {
-    claimer_->Cancel(c->claim);
-    c->claim = 0;
-  }
+  home_->StoppedWaiting(c);
   for (Tube* t : c->watch) {
     auto& w = t->waiters;
     w.erase(std::find(w.begin(), w.end(), c));
