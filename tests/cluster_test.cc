@@ -502,6 +502,54 @@ TEST_F(ClusterTest, ADeleteOfAHeldJobIsAnsweredOnceQueuedAndCommittedAfter) {
   EXPECT_NE(m.body.find("delayd_held_write_failures_total 0\n"), std::string::npos);
 }
 
+// A touch and a reserve-job are written as reservations: the row stays
+// reserved by this node (with the new deadline), and no other node's
+// consumer gets the job while its client holds it.
+TEST_F(ClusterTest, ATouchedJobAndOneReservedByIdStayReservedByTheirNode) {
+  Start("n1");
+  Start("n2");
+  ASSERT_TRUE(Settled(*nodes_["n1"], {"n1", "n2"}));
+  Client a(nodes_["n1"]->port());
+  Client b(nodes_["n2"]->port());
+  auto row = [&](const std::string& id) {
+    auto rows =
+        Query(db_.uri(), "SELECT state, coalesce(reserved_by, ''), ver FROM jobs WHERE id=" + id);
+    return rows.empty() ? std::vector<std::string>{} : rows[0];
+  };
+  // Waits until the row's version passes `ver` (a write of this node committed).
+  auto written = [&](const std::string& id, int ver) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto r = row(id);
+      if (r.size() == 3 && std::stoi(r[2]) > ver) return r;
+      std::this_thread::sleep_for(5ms);
+    }
+    return row(id);
+  };
+
+  const std::string touched = std::to_string(a.Put("touched", 0, 0, 60));
+  ASSERT_EQ(a.Cmd("reserve-with-timeout 0"), "RESERVED " + touched + " 7\r\ntouched\r\n");
+  const int claimed = std::stoi(row(touched).at(2));
+  ASSERT_EQ(a.Cmd("touch " + touched), "TOUCHED\r\n");
+  auto r = written(touched, claimed);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_GT(std::stoi(r[2]), claimed) << "the touch was never written";
+  EXPECT_EQ(r[0], "4");
+  EXPECT_EQ(r[1], "n1");
+  EXPECT_EQ(b.Cmd("reserve-with-timeout 1", 5s), "TIMED_OUT\r\n");
+
+  const std::string by_id = std::to_string(b.Put("by-id", 0, 0, 60));
+  const int put = std::stoi(row(by_id).at(2));
+  ASSERT_EQ(a.Cmd("reserve-job " + by_id, 5s), "RESERVED " + by_id + " 5\r\nby-id\r\n");
+  r = written(by_id, put);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0], "4");
+  EXPECT_EQ(r[1], "n1");
+  EXPECT_EQ(b.Cmd("reserve-with-timeout 1", 5s), "TIMED_OUT\r\n");
+  EXPECT_EQ(a.Cmd("delete " + touched), "DELETED\r\n");
+  EXPECT_EQ(a.Cmd("delete " + by_id), "DELETED\r\n");
+}
+
 // A delete answered once queued whose commit then finds the job changed
 // (its reservation ran out and an owner's sweep returned it meanwhile) is
 // counted, and the job stays, to be delivered again: at-least-once.

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "engine/testing/recorder.h"
 #include "store/sqlite/sqlite_store.h"
 #include "store/testing/flaky_store.h"
 #include "store/testing/memory_store.h"
@@ -21,21 +22,7 @@ namespace {
 
 using store::testing::FlakyStore;
 
-// Records how each blocked reserve ended.
-struct Recorder : ClientObserver {
-  std::vector<std::string> events;
-  void OnReserved(const JobView& j) override {
-    events.push_back("reserved " + std::to_string(j.id) + " " + *j.body);
-  }
-  void OnReserveTimedOut() override { events.push_back("timed-out"); }
-  void OnDeadlineSoon() override { events.push_back("deadline-soon"); }
-  std::string Take() {
-    if (events.empty()) return "";
-    std::string e = events.front();
-    events.erase(events.begin());
-    return e;
-  }
-};
+using testing::Recorder;
 
 // A manual clock whose wall reading can lag its steady reading by a few
 // microseconds, as two real clock reads made one after the other do.

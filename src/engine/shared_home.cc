@@ -94,6 +94,7 @@ void SharedHome::TakeTube(const store::TubeRow& row) {
   const bool has_settings = !row.settings.empty();
   Tube* t = has_settings ? e_.FindOrMakeTube(row.tube) : e_.FindTube(row.tube);
   if (t == nullptr) return;  // nobody here uses it: read when it is made
+  const bool had_settings = t->settings != nullptr;
   t->settings = has_settings ? DecodeSettings(row.settings) : nullptr;
   const Clock& clock = e_.clock_;
   const int64_t now_ms = clock.WallMillis();
@@ -109,7 +110,10 @@ void SharedHome::TakeTube(const store::TubeRow& row) {
     e_.wheel_.Cancel(&t->timer.node);
     Rewait(t);
   }
-  e_.MaybeDropTube(t);
+  // A tube kept for its settings alone goes with them. Not otherwise: the
+  // tube may have just been made for a client that is about to use it (a
+  // store that reads at once answers this read inside FindOrMakeTube).
+  if (had_settings && !has_settings) e_.MaybeDropTube(t);
 }
 
 // --- waiters ---
@@ -307,8 +311,11 @@ void SharedHome::Requeued(Job* j) {
   });
 }
 
+// A held job's record is a reservation of this node's (on one node a
+// reservation is not stored, and its record reads ready).
 void SharedHome::Stamp(const Job& j, JobRecord& r) const {
   if (j.state != JobState::kReserved) return;
+  r.state = StoredState::kReserved;
   r.reserved_by = queue_.node_id();
   r.deadline_ms =
       e_.clock_.WallMillis() + (j.deadline_us - e_.clock_.SteadyMicros()) / 1000;

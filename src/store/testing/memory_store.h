@@ -9,6 +9,11 @@
 // "synced" (it survives PowerCut()) once a commit holding a kSynced mutation,
 // or SyncNow(), comes after it, since a sync covers everything before it.
 //
+// Rows have versions as PostgreSQL's do (JobRecord::version): every change
+// of a row raises it, and a change made IfVersion(v) is refused with
+// kConflict unless the row is still at v (MemorySharedQueue builds cluster
+// mode's claims on this).
+//
 // Single-threaded: every call, and every callback, on the test's thread.
 #pragma once
 
@@ -17,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -48,6 +54,12 @@ class MemoryStore final : public Store {
   size_t queued() const { return queue_.size(); }
   // While set, every submission fails as a full disk would, changing nothing.
   bool failing = false;
+
+  // The committed rows, for MemorySharedQueue and for a test that acts as
+  // another node would: a change made here is written, not yet synced.
+  std::map<uint64_t, JobRecord>& rows() { return written_.jobs; }
+  const std::map<std::string, TubePause>& pauses() const { return written_.pauses; }
+  const std::map<std::string, std::string>& settings() const { return written_.settings; }
 
   Result<Recovered> Recover(int64_t horizon_minute) override {
     Recovered r;
@@ -252,12 +264,30 @@ class MemoryStore final : public Store {
     for (auto& [done, s] : answers) done(s);
   }
 
+  // The row a guarded change may change: kConflict when `if_version` is set
+  // and the row is gone or at another version.
+  static Status Guard(const State& st, uint64_t id, const std::optional<uint64_t>& if_version) {
+    if (!if_version) return Status::Ok();
+    auto it = st.jobs.find(id);
+    if (it == st.jobs.end() || it->second.version != *if_version) {
+      return Status::Conflict("job " + std::to_string(id) + " changed since version " +
+                              std::to_string(*if_version));
+    }
+    return Status::Ok();
+  }
+
   static Status Apply(State& st, const Mutation& m) {
     return std::visit(
         [&](const auto& c) -> Status {
           using C = std::decay_t<decltype(c)>;
           if constexpr (std::is_same_v<C, change::InsertJob> ||
                         std::is_same_v<C, change::ReplaceJob>) {
+            uint64_t version = c.job.version;
+            if constexpr (std::is_same_v<C, change::ReplaceJob>) {
+              if (Status g = Guard(st, c.job.id, c.if_version); !g.ok()) return g;
+              auto old = st.jobs.find(c.job.id);
+              version = old != st.jobs.end() ? old->second.version + 1 : 0;
+            }
             if (!c.job.key.empty()) {
               for (const auto& [id, j] : st.jobs) {
                 if (id != c.job.id && j.tube == c.job.tube && j.key == c.job.key) {
@@ -266,8 +296,10 @@ class MemoryStore final : public Store {
               }
             }
             st.jobs[c.job.id] = c.job;
+            st.jobs[c.job.id].version = version;
             st.next_id = std::max(st.next_id, c.job.id + 1);
           } else if constexpr (std::is_same_v<C, change::UpdateJob>) {
+            if (Status g = Guard(st, c.job.id, c.if_version); !g.ok()) return g;
             auto it = st.jobs.find(c.job.id);
             if (it == st.jobs.end()) return Status::Ok();  // as UPDATE of no row
             JobRecord& j = it->second;
@@ -280,7 +312,11 @@ class MemoryStore final : public Store {
             j.attempt_log = c.job.attempt_log;
             j.last_error = c.job.last_error;
             j.done_ms = c.job.state == StoredState::kDone ? c.job.done_ms : 0;
+            j.reserved_by = c.job.reserved_by;
+            j.deadline_ms = c.job.deadline_ms;
+            ++j.version;
           } else if constexpr (std::is_same_v<C, change::DeleteJob>) {
+            if (Status g = Guard(st, c.id, c.if_version); !g.ok()) return g;
             st.jobs.erase(c.id);
           } else if constexpr (std::is_same_v<C, change::PauseTube>) {
             st.pauses[c.tube] = TubePause{c.tube, c.pause_ms, c.unpause_ms};
