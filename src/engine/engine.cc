@@ -353,19 +353,7 @@ void Engine::TakeStored(Job* j, const Result<std::optional<JobRecord>>& read) {
   if (*j->body != rec->body) j->body = std::make_shared<const std::string>(rec->body);
   SetExtra(j, *rec);
   if (keep_reservation) return;
-  switch (rec->state) {
-    case StoredState::kBuried:
-      MakeBuried(j);
-      break;
-    case StoredState::kDelayed:
-      PlaceDelayed(j);
-      break;
-    case StoredState::kReady:
-    case StoredState::kReserved:
-    case StoredState::kDone:
-      MakeReady(j);
-      break;
-  }
+  Place(j, rec->state);
 }
 
 void Engine::WriteDone(Job* j) {

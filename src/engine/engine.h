@@ -395,6 +395,13 @@ class Engine {
   // time has come, delayed in memory if due within the loaded horizon, and
   // otherwise left in state kDelayed for WriteDone to hand to the store.
   void PlaceDelayed(Job* j);
+  // Puts `j`, read from the store and in no state's set, where its stored
+  // `state` says: buried; delayed (PlaceDelayed: ready, and counted as
+  // fired, if its time has come); else ready (one node keeps no
+  // reservation across a restart or a failed write). Recovery, the loader
+  // and a resync all place a record through it; SharedHome::AdoptRow, whose
+  // rows stay the database's (no timers, no events), does not.
+  void Place(Job* j, store::StoredState state);
   // A delayed job has just become ready at (or after) its due time.
   void CountFire(const Job& j);
   // A submitted job's insert is durable (ok) or failed: make it visible in

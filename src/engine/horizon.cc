@@ -21,27 +21,8 @@ Status Engine::RecoverHorizon() {
   loaded_minute_ = horizon_minute;
   load_done_ = true;
   for (const JobRecord& rec : r->jobs) {
-    if (!Sound(rec)) continue;
-    Job* j = AddJob(rec, JobState::kReady);
-    switch (rec.state) {
-      case StoredState::kBuried:
-        MakeBuried(j);
-        break;
-      case StoredState::kDelayed:
-        if (rec.due_ms > now_ms) {
-          MakeDelayed(j);
-          break;
-        }
-        [[fallthrough]];
-      case StoredState::kReady:
-      // Held by a node of a cluster that used this database: one node
-      // keeps no reservations across a restart.
-      case StoredState::kReserved:
-        MakeReady(j);
-        break;
-      case StoredState::kDone:  // never recovered
-        break;
-    }
+    if (rec.state == StoredState::kDone || !Sound(rec)) continue;  // done: never recovered
+    Place(AddJob(rec, JobState::kReady), rec.state);
   }
   for (const store::TubeSettings& ts : r->settings) {
     FindOrMakeTube(ts.tube)->settings = DecodeSettings(ts.settings);
@@ -117,19 +98,13 @@ void Engine::Loaded(Result<std::vector<JobRecord>> rows, uint64_t since) {
   }
   if (load_failing_) spdlog::info("loader: reading minute {} again", loaded_minute_);
   load_failing_ = false;
-  const int64_t now_ms = clock_.WallMillis();
   for (const JobRecord& r : rows.value()) {
     load_cursor_ = r.id;
     // In memory already: pinned by a write, or taken out of the store's
     // hands by a kick, reserve-job or delete. Or it was, and has left memory
     // since the store read this row: the row is out of date.
     if (jobs_.count(r.id) || LeftSince(r.id, since) || !Sound(r)) continue;
-    Job* j = MaterializeFar(r);
-    if (j->due_ms() <= now_ms) {
-      MakeReady(j);
-    } else {
-      MakeDelayed(j);
-    }
+    Place(MaterializeFar(r), StoredState::kDelayed);
   }
   if (rows->size() < options_.load_chunk) load_done_ = true;
   ScheduleLoader();

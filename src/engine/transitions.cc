@@ -74,6 +74,22 @@ void Engine::PlaceDelayed(Job* j) {
   MakeDelayed(j);
 }
 
+void Engine::Place(Job* j, StoredState state) {
+  switch (state) {
+    case StoredState::kBuried:
+      MakeBuried(j);
+      break;
+    case StoredState::kDelayed:
+      PlaceDelayed(j);
+      break;
+    case StoredState::kReady:
+    case StoredState::kReserved:
+    case StoredState::kDone:
+      MakeReady(j);
+      break;
+  }
+}
+
 void Engine::MakeBuried(Job* j) {
   j->bury_seq = ++bury_seq_;
   j->state = JobState::kBuried;
