@@ -286,11 +286,7 @@ void Engine::Bury(Client* c, uint64_t id, uint32_t priority, Done done) {
 void Engine::Touch(Client* c, uint64_t id, Done done) {
   Job* j = ReservedBy(c, id);
   if (j == nullptr) return done(Status::NotFound("job not reserved by this client"));
-  c->reserved.erase(j);
-  j->deadline_us = clock_.SteadyMicros() + j->ttr_ms * 1000;
-  c->reserved.insert(j);
-  Schedule(j->timer, TickAtSteady(j->deadline_us));
-  home_->Touched(j, std::move(done));
+  Extend(j, std::move(done));
 }
 
 void Engine::KickJob(uint64_t id, Done done) {
@@ -378,41 +374,8 @@ void Engine::Modify(uint64_t id, const JobPatch& patch, Done done) {
       id, [](const Job& j) { return j.state != JobState::kReserved; },
       [this, patch, done = std::move(done)](Result<Job*> found) mutable {
         if (!found.ok()) return done(found.status());
-        Patch(found.value(), patch, std::move(done));
+        Edit(found.value(), patch, std::move(done));
       });
-}
-
-void Engine::Patch(Job* j, const JobPatch& p, Done done) {
-  Detach(j);
-  const bool was_buried = j->state == JobState::kBuried;
-  if (p.priority) j->priority = *p.priority;
-  if (p.ttr_ms) j->ttr_ms = *p.ttr_ms;
-  if (p.body) j->body = std::make_shared<const std::string>(*p.body);
-  if (p.due_ms) {
-    j->due_us = *p.due_ms * 1000;
-    j->run_at_ms = *p.due_ms;
-    j->delay_ms = std::max<int64_t>(0, *p.due_ms - clock_.WallMillis());
-  }
-  if (p.target || p.retry || p.encoding) {
-    JobSpec spec = j->extra && j->extra->spec ? *j->extra->spec : JobSpec{};
-    if (p.target) spec.target = *p.target;
-    if (p.retry) spec.retry = *p.retry;
-    if (p.encoding) spec.encoding = *p.encoding;
-    if (!j->extra) j->extra = std::make_unique<JobExtra>();
-    j->extra->spec = std::make_shared<const JobSpec>(spec);
-    j->extra->spec_text = EncodeSpec(spec);
-  }
-  if (was_buried) {
-    j->state = JobState::kBuried;  // keeps its place in kick order
-    j->tube->buried.insert(j);
-  } else if (j->due_us > clock_.WallMicros()) {
-    MakeDelayed(j);
-  } else {
-    MakeReady(j);
-  }
-  JobRecord r = Record(*j);
-  r.body = *j->body;
-  Write(j, Mutation::Replace(std::move(r)), std::move(done));
 }
 
 void Engine::Remove(uint64_t id, Done done) {
@@ -448,10 +411,7 @@ void Engine::RunNow(uint64_t id, Done done) {
           home_->Unused(j);  // read for nothing
           return done(Status::Ok());
         }
-        Detach(j);
-        j->due_us = clock_.WallMicros();
-        MakeReady(j);
-        Write(j, Mutation::Update(Record(*j)), std::move(done));
+        RunEarly(j, std::move(done));
       });
 }
 

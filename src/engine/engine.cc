@@ -102,11 +102,7 @@ void Engine::Disconnect(Client* c) {
   StopWaiting(c);
   wheel_.Cancel(&c->timer.node);
   std::vector<Job*> held(c->reserved.begin(), c->reserved.end());
-  for (Job* j : held) {
-    Detach(j);
-    MakeReady(j);
-    home_->Requeued(j);
-  }
+  for (Job* j : held) Unhold(j, /*timed_out=*/false);
   // Each tube once: a tube both used and watched must not be looked at
   // again after dropping it.
   std::vector<Tube*> touched = c->watch;

@@ -376,6 +376,16 @@ class Engine {
   // buried or delayed -> ready; `fresh_budget` also restarts its attempts
   // (a dead letter retried).
   void KickOne(Job* j, bool fresh_budget, Done done);
+  // reserved -> reserved until a ttr from now (touch).
+  void Extend(Job* j, Done done);
+  // reserved -> ready, not stored on one node: its ttr ran out
+  // (`timed_out`), or its client hung up.
+  void Unhold(Job* j, bool timed_out);
+  // delayed -> ready now (run-now).
+  void RunEarly(Job* j, Done done);
+  // any but reserved -> the same, or delayed, or ready as its new due time
+  // says (an edit: PATCH /v1/jobs/{id}).
+  void Edit(Job* j, const JobPatch& p, Done done);
   // The topic's defaults applied to a job being created in `t`.
   void ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const;
   void SetExtra(Job* j, const store::JobRecord& r, std::shared_ptr<const JobSpec> spec = nullptr);
@@ -391,6 +401,8 @@ class Engine {
   // comes with one.
   void CountDue(Tube* t, int64_t hour, int64_t delta);
   void MakeBuried(Job* j);  // REQUIRES: detached from its previous state
+  // Back among the buried at its old place (an edit of a buried job).
+  void Rebury(Job* j);
   // A job stored as delayed, whose write was just answered: ready if its
   // time has come, delayed in memory if due within the loaded horizon, and
   // otherwise left in state kDelayed for WriteDone to hand to the store.
@@ -450,8 +462,6 @@ class Engine {
   // behalf of client `c`, if given: kUnavailable if it hangs up meanwhile.
   void FindOrLoad(uint64_t id, std::function<bool(const Job&)> allowed, Reply<Job*> done,
                   Client* c = nullptr);
-  // Modify's change, to a job found.
-  void Patch(Job* j, const JobPatch& p, Done done);
   void KickTube(const std::string& name, uint64_t bound,
                 std::optional<std::pair<std::vector<store::JobRecord>, uint64_t>> far,
                 Reply<uint64_t> done);

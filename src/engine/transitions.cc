@@ -3,7 +3,10 @@
 // timer; the transitions below them change a job and write the change.
 // Every front door (beanstalk, HTTP, the dispatcher, the clock) goes
 // through these.
+#include <algorithm>
+
 #include "engine/engine.h"
+#include "engine/spec_json.h"
 
 namespace delayd::engine {
 
@@ -93,6 +96,11 @@ void Engine::Place(Job* j, StoredState state) {
 void Engine::MakeBuried(Job* j) {
   j->bury_seq = ++bury_seq_;
   j->state = JobState::kBuried;
+  j->tube->buried.insert(j);
+}
+
+void Engine::Rebury(Job* j) {
+  j->state = JobState::kBuried;  // its bury_seq keeps its place in kick order
   j->tube->buried.insert(j);
 }
 
@@ -230,14 +238,69 @@ void Engine::KickOne(Job* j, bool fresh_budget, Done done) {
   Write(j, Mutation::Update(Record(*j)), std::move(done));
 }
 
-void Engine::ExpireReservation(Job* j) {
+void Engine::Extend(Job* j, Done done) {
   Client* c = j->reserver;
+  c->reserved.erase(j);
+  j->deadline_us = clock_.SteadyMicros() + j->ttr_ms * 1000;
+  c->reserved.insert(j);
+  Schedule(j->timer, TickAtSteady(j->deadline_us));
+  home_->Touched(j, std::move(done));
+}
+
+void Engine::Unhold(Job* j, bool timed_out) {
   Detach(j);
-  ++j->counters.timeouts;
-  ++job_timeouts_;
+  if (timed_out) {
+    ++j->counters.timeouts;
+    ++job_timeouts_;
+  }
   MakeReady(j);
   home_->Requeued(j);
+}
+
+void Engine::ExpireReservation(Job* j) {
+  Client* c = j->reserver;
+  Unhold(j, /*timed_out=*/true);
   if (c->waiting) ScheduleClient(c);
 }
+
+void Engine::RunEarly(Job* j, Done done) {
+  Detach(j);
+  j->due_us = clock_.WallMicros();
+  MakeReady(j);
+  Write(j, Mutation::Update(Record(*j)), std::move(done));
+}
+
+void Engine::Edit(Job* j, const JobPatch& p, Done done) {
+  Detach(j);
+  const bool was_buried = j->state == JobState::kBuried;
+  if (p.priority) j->priority = *p.priority;
+  if (p.ttr_ms) j->ttr_ms = *p.ttr_ms;
+  if (p.body) j->body = std::make_shared<const std::string>(*p.body);
+  if (p.due_ms) {
+    j->due_us = *p.due_ms * 1000;
+    j->run_at_ms = *p.due_ms;
+    j->delay_ms = std::max<int64_t>(0, *p.due_ms - clock_.WallMillis());
+  }
+  if (p.target || p.retry || p.encoding) {
+    JobSpec spec = j->extra && j->extra->spec ? *j->extra->spec : JobSpec{};
+    if (p.target) spec.target = *p.target;
+    if (p.retry) spec.retry = *p.retry;
+    if (p.encoding) spec.encoding = *p.encoding;
+    if (!j->extra) j->extra = std::make_unique<JobExtra>();
+    j->extra->spec = std::make_shared<const JobSpec>(spec);
+    j->extra->spec_text = EncodeSpec(spec);
+  }
+  if (was_buried) {
+    Rebury(j);
+  } else if (j->due_us > clock_.WallMicros()) {
+    MakeDelayed(j);
+  } else {
+    MakeReady(j);
+  }
+  JobRecord r = Record(*j);
+  r.body = *j->body;
+  Write(j, Mutation::Replace(std::move(r)), std::move(done));
+}
+
 
 }  // namespace delayd::engine
