@@ -9,7 +9,7 @@
 //   beanstalk_load put      --port P [--conns 4] [--jobs N] [--pipeline 100] [--size 64]
 //                           [--delay-min S] [--delay-max S]
 //   beanstalk_load drain    --port P [--conns 4] [--jobs N] [--pipeline 100]
-//   beanstalk_load lateness --port P [--jobs 100000] [--spread 10] [--consumers 4] [--pid PID]
+//   beanstalk_load lateness --port P [--jobs 100000] [--spread 10] [--consumers 4] [--pid PID[,PID]]
 //                           [--serial 1]
 //   beanstalk_load rss      --pid PID
 //   beanstalk_load freeport
@@ -148,6 +148,17 @@ double CpuSeconds(int64_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// The CPU seconds of every server in --pid (a list like --port: the nodes
+// of a cluster), summed; 0 without one.
+double ServersCpuSeconds(const std::map<std::string, std::string>& f) {
+  auto it = f.find("pid");
+  if (it == f.end()) return 0;
+  double sum = 0;
+  std::istringstream in(it->second);
+  for (std::string p; std::getline(in, p, ',');) sum += CpuSeconds(std::stoll(p));
+  return sum;
+}
+
 long RssKib(int64_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
@@ -265,7 +276,6 @@ int Lateness(const std::map<std::string, std::string>& f) {
   const int64_t jobs = Get(f, "jobs", 100'000);
   const int spread = static_cast<int>(Get(f, "spread", 10));
   const int consumers = static_cast<int>(Get(f, "consumers", 4));
-  const int64_t pid = Get(f, "pid", 0);
   const bool serial = Get(f, "serial", 0) != 0;
   const int in_flight = serial ? 1 : 16;  // reserves kept pending per consumer
   // LATENESS_DEBUG=MS prints each job later than MS, with when it came.
@@ -284,7 +294,7 @@ int Lateness(const std::map<std::string, std::string>& f) {
   for (int c = 0; c < consumers; ++c) {
     conns.push_back(std::make_unique<Conn>(ports[static_cast<size_t>(c) % ports.size()]));
   }
-  const double cpu_before = CpuSeconds(pid);
+  const double cpu_before = ServersCpuSeconds(f);
   auto start = Clock::now();
 
   std::vector<std::thread> threads;
@@ -357,7 +367,7 @@ int Lateness(const std::map<std::string, std::string>& f) {
   });
   for (auto& t : threads) t.join();
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  const double cpu = CpuSeconds(pid) - cpu_before;
+  const double cpu = ServersCpuSeconds(f) - cpu_before;
   std::sort(late_ms.begin(), late_ms.end());
   std::sort(delete_ms.begin(), delete_ms.end());
   auto pct = [](const std::vector<double>& v, double p) {
