@@ -145,13 +145,16 @@ struct Tube {
   }
 };
 
-// A client's blocked reserve ends in exactly one of these calls, made on the
-// engine thread from inside an engine call. Implementations must not call
-// back into the engine synchronously; post the follow-up instead.
+// A job as a reserve or a peek hands it out: its id and body, the body
+// shared with memory rather than copied.
 struct JobView {
   uint64_t id = 0;
   std::shared_ptr<const std::string> body;
 };
+
+// A client's blocked reserve ends in exactly one of these calls, made on the
+// engine thread from inside an engine call. Implementations must not call
+// back into the engine synchronously; post the follow-up instead.
 class ClientObserver {
  public:
   virtual ~ClientObserver() = default;

@@ -1,5 +1,13 @@
 // Server: wires the store, the engine and the protocol listeners onto one
 // event loop, and runs it until SIGTERM or SIGINT.
+//
+// Threads: the engine, the listeners, the dispatcher, the timer service and
+// in cluster mode the claimer and the shard clock all run on the event
+// loop's one thread (Run's caller), and every callback into them is posted
+// there. Beside it run the store's own threads (its writer, syncer and read
+// lanes: store/postgres/pg_store.h, store/sqlite/sqlite_store.h), the HTTP
+// client's transfer thread, and in cluster mode the member's lease thread;
+// each hands its results back through the event loop.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

@@ -102,6 +102,11 @@ struct TubeRow {
   std::string settings;    // stored form; empty: none
 };
 
+// Threads: Claim, Due, TakeIds and TakeTimerId answer, and Listen's
+// callback hears, through the store's completion executor (the event
+// loop); the synchronous reads (BestReady, CountJobs, Tubes, PushTubes,
+// TimersDueOf) may be called from one thread at a time, or inside
+// Store::ReadAside.
 class SharedQueue {
  public:
   virtual ~SharedQueue() = default;
