@@ -168,8 +168,8 @@ class Engine {
   // A job this client holds is buried (a dead letter) with `priority`.
   void Bury(Client* c, uint64_t id, uint32_t priority, Done done);
   // Restarts the ttr of a job this client holds. Not stored on one node; in
-  // cluster mode the new deadline is written (for the owners' sweeps) before
-  // `done`.
+  // cluster mode the new deadline is written as this node's reservation (for
+  // the owners' sweeps), `done` once that write is queued (WriteHeld).
   void Touch(Client* c, uint64_t id, Done done);
   // Up to `bound` jobs of the used tube become ready: its buried jobs if it
   // has any, else its delayed ones (soonest first, beyond the horizon too).
