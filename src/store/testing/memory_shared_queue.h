@@ -58,14 +58,10 @@ class MemorySharedQueue final : public SharedQueue {
       ++j->version;
       out.push_back(*j);
     }
-    ++claims;
     return out;
   }
   void Claim(ClaimQuery q, std::function<void(Result<std::vector<JobRecord>>)> done) override {
-    post_([this, q = std::move(q), done = std::move(done)] {
-      if (failing) return done(Status::Unavailable("database unreachable (simulated)"));
-      done(ClaimNow(q));
-    });
+    post_([this, q = std::move(q), done = std::move(done)] { done(ClaimNow(q)); });
   }
 
   Result<std::optional<JobRecord>> BestReady(const std::string& tube) override {
@@ -155,11 +151,6 @@ class MemorySharedQueue final : public SharedQueue {
   Status Listen(std::function<void(std::vector<Notice>)>) override {
     return NotModelled("Listen");
   }
-
-  // While set, claims fail as with the database unreachable.
-  bool failing = false;
-  // Claims answered.
-  int claims = 0;
 
  private:
   bool Paused(const std::string& tube, int64_t now_ms) const {
