@@ -9,8 +9,8 @@
 //   beanstalk_load put      --port P [--conns 4] [--jobs N] [--pipeline 100] [--size 64]
 //                           [--delay-min S] [--delay-max S]
 //   beanstalk_load drain    --port P [--conns 4] [--jobs N] [--pipeline 100]
-//   beanstalk_load lateness --port P [--jobs 100000] [--spread 10] [--consumers 4] [--pid PID[,PID]]
-//                           [--serial 1]
+//   beanstalk_load lateness --port P [--jobs 100000] [--spread 10] [--consumers 4]
+//                           [--pid PID[,PID...]] [--serial 1]
 //   beanstalk_load rss      --pid PID
 //   beanstalk_load freeport
 //   beanstalk_load wait     --port P [--timeout-s 10]

@@ -24,7 +24,7 @@ void Engine::Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms,
     // Cluster mode: the next block of ids is on its way; puts wait in order.
     Pin(c);
     home_->WaitIds(1, [this, c, priority, delay_ms, ttr_ms, body = std::move(body),
-                   done = std::move(done)](const Status& s) mutable {
+                       done = std::move(done)](const Status& s) mutable {
       if (!Unpin(c)) return done(Status::Unavailable("the client hung up"));
       if (!s.ok()) return done(s);
       Put(c, priority, delay_ms, ttr_ms, std::move(body), std::move(done));
@@ -145,7 +145,7 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
   if (draining_) return done(Status::Unavailable("draining"));
   if (const size_t n = jobs.size(); !home_->IdsAtHand(n)) {
     home_->WaitIds(n, [this, topic, jobs = std::move(jobs), keys, done = std::move(done),
-                   also = std::move(also)](const Status& s) mutable {
+                       also = std::move(also)](const Status& s) mutable {
       if (!s.ok()) return done(s);
       SubmitNow(topic, std::move(jobs), keys, std::move(done), std::move(also));
     });

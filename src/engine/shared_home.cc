@@ -48,7 +48,11 @@ void AddCounts(const store::TubeCount& n, uint64_t& ready, uint64_t& urgent, uin
 }  // namespace
 
 SharedHome::SharedHome(Engine& e, store::SharedQueue& queue, Claims& claims, IdSource& ids)
-    : e_(e), queue_(queue), claims_(claims), ids_(ids), remote_holder_(std::make_unique<Client>()) {}
+    : e_(e),
+      queue_(queue),
+      claims_(claims),
+      ids_(ids),
+      remote_holder_(std::make_unique<Client>()) {}
 
 void Engine::JoinCluster(store::SharedQueue& queue, Claims& claimer, IdSource& ids) {
   home_ = std::make_unique<SharedHome>(*this, queue, claimer, ids);
@@ -234,8 +238,7 @@ Job* SharedHome::AdoptRow(const JobRecord& r) {
     case StoredState::kReserved:
       j->state = JobState::kReserved;
       j->reserver = remote_holder_.get();
-      j->deadline_us =
-          e_.clock_.SteadyMicros() + (r.deadline_ms - e_.clock_.WallMillis()) * 1000;
+      j->deadline_us = e_.clock_.SteadyMicros() + (r.deadline_ms - e_.clock_.WallMillis()) * 1000;
       ++t->reserved;
       remote_holder_->reserved.insert(j);
       break;
@@ -317,8 +320,7 @@ void SharedHome::Stamp(const Job& j, JobRecord& r) const {
   if (j.state != JobState::kReserved) return;
   r.state = StoredState::kReserved;
   r.reserved_by = queue_.node_id();
-  r.deadline_ms =
-      e_.clock_.WallMillis() + (j.deadline_us - e_.clock_.SteadyMicros()) / 1000;
+  r.deadline_ms = e_.clock_.WallMillis() + (j.deadline_us - e_.clock_.SteadyMicros()) / 1000;
 }
 
 // The reservation is a row, held once written.
@@ -414,8 +416,7 @@ void SharedHome::PeekDelayed(const std::string& tube, Reply<JobView> done) {
       });
 }
 
-void SharedHome::Count(std::optional<std::string> tube,
-                       Reply<std::vector<store::TubeCount>> done) {
+void SharedHome::Count(std::optional<std::string> tube, Reply<std::vector<store::TubeCount>> done) {
   e_.Aside([q = &queue_, tube] { return q->CountJobs(tube); },
            [done = std::move(done)](Result<std::vector<store::TubeCount>> r, uint64_t) {
              done(std::move(r));

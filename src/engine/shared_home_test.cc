@@ -119,8 +119,8 @@ class SharedHomeTest : public ::testing::Test {
   }
 
   uint64_t Put(const std::string& body, uint32_t pri = 100, int64_t ttr_ms = 10'000) {
-    auto id = work_.Answer<uint64_t>(
-        [&](auto done) { engine_->Put(c_, pri, 0, ttr_ms, body, done); });
+    auto id =
+        work_.Answer<uint64_t>([&](auto done) { engine_->Put(c_, pri, 0, ttr_ms, body, done); });
     EXPECT_TRUE(id.ok()) << id.status().ToString();
     return id.ok() ? *id : 0;
   }
@@ -282,8 +282,7 @@ TEST_F(SharedHomeTest, PeeksAndCountsReadTheRowsOfEveryNode) {
   EXPECT_EQ(stats->delayed, 1u);
   // A tube only the database has jobs of is listed.
   Row(5, "elsewhere", StoredState::kReady);
-  auto names =
-      work_.Answer<std::vector<std::string>>([&](auto done) { engine_->TubeNames(done); });
+  auto names = work_.Answer<std::vector<std::string>>([&](auto done) { engine_->TubeNames(done); });
   ASSERT_TRUE(names.ok());
   EXPECT_NE(std::find(names->begin(), names->end(), "elsewhere"), names->end());
   auto topic = work_.Answer<TopicInfo>([&](auto done) { engine_->Topic("elsewhere", done); });

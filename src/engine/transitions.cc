@@ -302,5 +302,4 @@ void Engine::Edit(Job* j, const JobPatch& p, Done done) {
   Write(j, Mutation::Replace(std::move(r)), std::move(done));
 }
 
-
 }  // namespace delayd::engine

@@ -140,17 +140,15 @@ class MemorySharedQueue final : public SharedQueue {
   void TakeIds(uint64_t, std::function<void(Result<uint64_t>)> done) override {
     done(NotModelled("TakeIds"));
   }
-  Result<std::vector<TimerRecord>> TimersDueOf(const std::vector<int>&, int64_t, uint64_t,
-                                               int64_t, size_t) override {
+  Result<std::vector<TimerRecord>> TimersDueOf(const std::vector<int>&, int64_t, uint64_t, int64_t,
+                                               size_t) override {
     return NotModelled("TimersDueOf");
   }
   int TimerShardOf(uint64_t id) const override { return static_cast<int>(id % shards_); }
   void TakeTimerId(std::function<void(Result<uint64_t>)> done) override {
     done(NotModelled("TakeTimerId"));
   }
-  Status Listen(std::function<void(std::vector<Notice>)>) override {
-    return NotModelled("Listen");
-  }
+  Status Listen(std::function<void(std::vector<Notice>)>) override { return NotModelled("Listen"); }
 
  private:
   bool Paused(const std::string& tube, int64_t now_ms) const {
