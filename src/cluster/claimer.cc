@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 namespace delayd::cluster {
 
@@ -94,12 +95,68 @@ void Claimer::Hear(const std::vector<Notice>& notices) {
       g.drained = false;
       if (g.claiming) {
         g.again = true;
+      } else if (held_) {
+        g.heard = true;
       } else if (!g.waiters.empty()) {
         g.retry_at_us = 0;
         Claim(key);
       }
     }
   }
+}
+
+std::vector<std::pair<std::string, int64_t>> Claimer::Wanted() const {
+  std::map<std::string, int64_t> per_tube;
+  for (const auto& [key, g] : groups_) {
+    const size_t want = Want(g);
+    if (want == 0) continue;
+    for (const std::string& t : g.tubes) per_tube[t] += static_cast<int64_t>(want);
+  }
+  return {per_tube.begin(), per_tube.end()};
+}
+
+void Claimer::Take(std::vector<JobRecord> jobs) {
+  const int64_t now = clock_.SteadyMicros();
+  std::set<std::string> touched;
+  for (JobRecord& j : jobs) {
+    // Looked up again for each job: a grant may wait or cancel again.
+    std::string waiting;
+    std::string busy;
+    for (const auto& [key, g] : groups_) {
+      if (!std::binary_search(g.tubes.begin(), g.tubes.end(), j.tube)) continue;
+      if (!g.waiters.empty()) {
+        waiting = key;
+        break;
+      }
+      if (busy.empty() && Busy(g) && g.spares.size() < options_.prefetch) busy = key;
+    }
+    if (!waiting.empty()) {
+      touched.insert(waiting);
+      Grant(groups_.at(waiting), std::move(j), now);
+    } else if (!busy.empty()) {
+      groups_.at(busy).spares.emplace_back(std::move(j), now);
+    } else {
+      Return(std::move(j));
+    }
+  }
+  for (const std::string& key : touched) MaybeErase(key);
+  Arm();
+}
+
+void Claimer::Hold(bool held) {
+  held_ = held;
+  if (held) return;
+  for (auto& [key, g] : groups_) {
+    if (!g.heard) continue;
+    g.heard = false;
+    if (g.claiming) {
+      g.again = true;
+    } else if (!g.waiters.empty()) {
+      g.retry_at_us = 0;
+      Claim(key);
+    }
+  }
+  Arm();
 }
 
 void Claimer::Tick() {
@@ -128,8 +185,28 @@ void Claimer::Tick() {
 ClaimerStats Claimer::stats() const {
   ClaimerStats out = stats_;
   out.waiters = waiters_.size();
-  for (const auto& [key, g] : groups_) out.spares += g.spares.size();
+  for (const auto& [key, g] : groups_) {
+    out.spares += g.spares.size();
+    if (g.claiming) ++out.in_flight;
+  }
   return out;
+}
+
+size_t Claimer::Want(const Group& g) const {
+  size_t want = g.waiters.size();
+  if (Busy(g) && g.spares.size() < options_.prefetch) want += options_.prefetch - g.spares.size();
+  return std::min(want, options_.max_per_claim);
+}
+
+void Claimer::Grant(Group& g, JobRecord j, int64_t now_us) {
+  const WaiterId id = g.waiters.front();
+  g.waiters.pop_front();
+  auto w = waiters_.find(id);
+  Granted granted = std::move(w->second.second);
+  waiters_.erase(w);
+  ++stats_.granted;
+  g.served_us = now_us;
+  granted(std::move(j));
 }
 
 void Claimer::Claim(const std::string& key) {
@@ -139,9 +216,7 @@ void Claimer::Claim(const std::string& key) {
   ++stats_.claims;
   store::ClaimQuery q;
   q.tubes = g.tubes;
-  size_t want = g.waiters.size();
-  if (Busy(g) && g.spares.size() < options_.prefetch) want += options_.prefetch - g.spares.size();
-  q.limit = g.asked = std::min(want, options_.max_per_claim);
+  q.limit = g.asked = Want(g);
   q.now_ms = clock_.WallMillis();
   queue_.Claim(std::move(q),
                [this, key](Result<std::vector<JobRecord>> r) { OnClaimed(key, std::move(r)); });
@@ -167,14 +242,7 @@ void Claimer::OnClaimed(const std::string& key, Result<std::vector<JobRecord>> r
         g.spares.emplace_back(std::move(j), now);
         continue;
       }
-      const WaiterId id = g.waiters.front();
-      g.waiters.pop_front();
-      auto w = waiters_.find(id);
-      Granted granted = std::move(w->second.second);
-      waiters_.erase(w);
-      ++stats_.granted;
-      g.served_us = now;
-      granted(std::move(j));
+      Grant(g, std::move(j), now);
     }
   }
   g.claiming = false;

@@ -59,6 +59,7 @@ struct ClaimerStats {
   uint64_t granted = 0;   // jobs handed to waiters
   uint64_t returned = 0;  // jobs claimed for nobody and put back
   size_t spares = 0;      // jobs claimed ahead, not yet handed out
+  size_t in_flight = 0;   // claims made and not answered yet
   uint64_t failures = 0;  // claims that failed, made again
 };
 
@@ -82,6 +83,20 @@ class Claimer final : public engine::Claims {
   // Stops waiting; a job claimed for it later goes back to ready.
   void Cancel(WaiterId id) override;
   void Hear(const std::vector<store::Notice>& notices);
+  // Per tube, how many jobs this node's waiters would take now, with what
+  // busy groups claim ahead (a waiter of several tubes counts for each):
+  // what the owner's promotion reserves for this node
+  // (change::PromoteDue::claim_for).
+  std::vector<std::pair<std::string, int64_t>> Wanted() const;
+  // Jobs reserved for this node by a promotion: each to the oldest waiter
+  // of a group watching its tube, else kept as a busy group's spare, else
+  // returned.
+  void Take(std::vector<store::JobRecord> jobs);
+  // While held (a promotion sized by Wanted is in flight), a notice makes no
+  // claim: the promotion's answer may serve those waiters, and a claim made
+  // before it would take the jobs it left to others. Released, the groups
+  // that heard one claim, if they still wait. Call Take first.
+  void Hold(bool held);
   // Makes the claims that failed and are due again.
   void Tick();
   // Puts a job claimed for nobody back to ready, its reservation uncounted,
@@ -97,6 +112,7 @@ class Claimer final : public engine::Claims {
     bool claiming = false;
     size_t asked = 0;         // jobs the claim in flight asked for
     bool again = false;       // a notice or a waiter came while claiming
+    bool heard = false;       // a notice came while held
     int64_t retry_at_us = 0;  // steady; 0: no retry pending
     // Jobs claimed ahead, oldest first, with when they were claimed (steady).
     std::deque<std::pair<store::JobRecord, int64_t>> spares;
@@ -112,6 +128,11 @@ class Claimer final : public engine::Claims {
   bool Busy(const Group& g) const;
   void MaybeErase(const std::string& key);
 
+  // How many jobs `g` would take now: its waiters, and its room for spares
+  // when it is busy.
+  size_t Want(const Group& g) const;
+  // Hands `j` to `g`'s oldest waiter, which must exist.
+  void Grant(Group& g, store::JobRecord j, int64_t now_us);
   void Claim(const std::string& key);
   void OnClaimed(const std::string& key, Result<std::vector<store::JobRecord>> r);
   void Arm();
@@ -125,6 +146,7 @@ class Claimer final : public engine::Claims {
   std::map<std::string, Group> groups_;                                    // by their tubes, joined
   std::unordered_map<WaiterId, std::pair<std::string, Granted>> waiters_;  // group key
   WaiterId next_id_ = 1;
+  bool held_ = false;
   int64_t armed_us_ = INT64_MAX;
   ClaimerStats stats_;
 };

@@ -131,6 +131,58 @@ TEST_F(ClaimerTest, ADueJobReachesAWaiterOnANodeThatOwnsNoneOfItsShards) {
               static_cast<long long>(late[late.size() / 2]), static_cast<long long>(late.back()));
 }
 
+// The owner's promotion reserves due jobs for the owner's own waiters in its
+// statement: they get the best of their tube with no claim of their own; a
+// due job nobody there waits for becomes ready for another node's waiter.
+TEST_F(ClaimerTest, TheOwnersPromotionServesItsOwnWaitersWithoutAClaim) {
+  TestNode& owner = Start("owner", /*clock=*/true);
+  TestNode& other = Start("other");
+  // Two waiters on the owner, each waiting once; one on the other node.
+  std::vector<JobRecord> at_owner;
+  for (int i = 0; i < 2; ++i) {
+    owner.claimer->Wait({"w"}, [&](JobRecord j) { at_owner.push_back(std::move(j)); });
+  }
+  Consumers at_other;
+  Consume(other, {"x"}, 1, at_other);
+  // Due together, and written before the owner takes the shards: one load,
+  // one promotion.
+  const int64_t due_ms = Now() + 500;
+  const uint32_t pri[] = {7, 2, 5};
+  for (uint64_t id = 1; id <= 3; ++id) {
+    JobRecord j = Job(id, "w", due_ms);
+    j.priority = pri[id - 1];
+    ASSERT_TRUE(Put(other, j).ok());
+  }
+  ASSERT_TRUE(Put(other, Job(4, "x", due_ms)).ok());
+  // The claims the waiters made on arrival found nothing.
+  ASSERT_TRUE(cluster_.Drive([&] { return owner.claimer->stats().in_flight == 0; }));
+  const uint64_t claims_before = owner.claimer->stats().claims;
+  owner.Round();
+  ASSERT_EQ(owner.held.size(), static_cast<size_t>(kShards));
+  ASSERT_TRUE(cluster_.Drive([&] { return at_owner.size() == 2 && at_other.got.size() == 1; }))
+      << at_owner.size() << " at the owner, " << at_other.got.size() << " at the other";
+  std::set<uint64_t> owners;
+  for (const JobRecord& j : at_owner) {
+    owners.insert(j.id);
+    EXPECT_EQ(j.reserved_by, "owner");
+    EXPECT_EQ(j.state, StoredState::kReserved);
+    EXPECT_EQ(j.body, "job " + std::to_string(j.id));
+    EXPECT_GE(Now(), due_ms);
+  }
+  EXPECT_EQ(owners, (std::set<uint64_t>{2, 3}));  // the best two
+  EXPECT_EQ(at_other.got[0].id, 4u);
+  EXPECT_EQ(owner.clock->stats().reserved, 2u);
+  // The owner made no claim: the promotion served its waiters, and the
+  // ready notice of job 1 came while it was in flight or after, when none
+  // waited any more.
+  EXPECT_EQ(owner.claimer->stats().claims, claims_before);
+  EXPECT_EQ(owner.claimer->stats().returned, 0u);
+  // Job 1 was left ready: nobody waits for it.
+  auto left = owner.store->Get(1);
+  ASSERT_TRUE(left.ok() && left->has_value());
+  EXPECT_EQ((*left)->state, StoredState::kReady);
+}
+
 // Waiters get jobs of the tubes they watch only, best (priority, id) first.
 TEST_F(ClaimerTest, WaitersGetOnlyTheTubesTheyWatch) {
   TestNode& a = Start("a");

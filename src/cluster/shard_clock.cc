@@ -182,16 +182,24 @@ void ShardClock::Promote(int64_t now_ms) {
   for (const auto& [shard, jobs] : *due) shards.push_back(shard);
   // Never earlier than the latest due time, which the skew above may put a
   // few microseconds ahead of the wall clock.
-  auto write = [due, at = latest_ms](const std::vector<Fence>& fences) {
+  auto write = [this, due, at = latest_ms](const std::vector<Fence>& fences) {
     std::vector<store::change::DueJob> jobs;
     for (const Fence& f : fences) {
       for (const auto& [id, due_ms] : due->at(f.shard)) jobs.push_back({f.shard, id});
     }
-    return Mutation::Promote(fences, std::move(jobs), at).Written();
+    // Asked as each write is made: a write again (a refusal's, shard by
+    // shard) serves the waiters of its time.
+    if (claimer_ == nullptr) return Mutation::Promote(fences, std::move(jobs), at).Written();
+    return Mutation::Promote(fences, std::move(jobs), at, claimer_->Wanted(),
+                             std::make_shared<std::vector<store::JobRecord>>())
+        .Written();
   };
-  // A job's lateness ends when the promotion that makes it ready commits.
-  auto ok = [this, due](const std::vector<int>& committed) {
+  // A job's lateness ends when the promotion that makes it ready (or
+  // reserves it) commits.
+  auto ok = [this, due](const std::vector<int>& committed, std::vector<store::JobRecord> mine) {
     ++stats_.promotions;
+    stats_.reserved += mine.size();
+    if (!mine.empty() && claimer_ != nullptr) claimer_->Take(std::move(mine));
     const int64_t done_us = clock_.WallMicros();
     for (int shard : committed) {
       for (const auto& [id, due_ms] : due->at(shard)) {
@@ -207,68 +215,73 @@ void ShardClock::Promote(int64_t now_ms) {
     }
   };
   ++promoting_;
-  Fenced(std::move(shards), std::move(write), std::move(ok), std::move(retry),
-         [this] { --promoting_; });
+  if (claimer_ != nullptr) claimer_->Hold(true);
+  Fenced(std::move(shards), std::move(write), std::move(ok), std::move(retry), [this] {
+    --promoting_;
+    if (claimer_ != nullptr) claimer_->Hold(false);
+  });
 }
 
 void ShardClock::Sweep(int64_t now_ms) {
   std::vector<int> shards;
   for (const auto& [shard, epoch] : owned_) shards.push_back(shard);
   // A failed sweep is made again at the next one.
-  auto none = [](const std::vector<int>&) {};
   Fenced(
       std::move(shards),
       [before_ms = now_ms - options_.sweep_grace_ms](const std::vector<Fence>& fences) {
         return Mutation::Requeue(fences, before_ms).Written();
       },
-      none, none, [] {});
+      [](const std::vector<int>&, std::vector<store::JobRecord>) {}, [](const std::vector<int>&) {},
+      [] {});
 }
 
-void ShardClock::Fenced(std::vector<int> shards, Write write, Shards ok, Shards retry,
+void ShardClock::Fenced(std::vector<int> shards, Write write, Committed ok, Shards retry,
                         std::function<void()> then) {
   std::vector<Fence> fences;
   for (int shard : shards) fences.push_back({shard, owned_.at(shard)});
   Mutation m = write(fences);
-  store_.Submit(std::move(m),
-                [this, fences = std::move(fences), write = std::move(write), ok = std::move(ok),
-                 retry = std::move(retry), then = std::move(then)](const Status& s) {
-                  // The shards still owned at the epochs written under.
-                  std::vector<int> same;
-                  for (const Fence& f : fences) {
-                    auto it = owned_.find(f.shard);
-                    if (it != owned_.end() && it->second == f.epoch) same.push_back(f.shard);
-                  }
-                  if (s.ok()) {
-                    std::vector<int> all;
-                    for (const Fence& f : fences) all.push_back(f.shard);
-                    ok(all);
-                  } else if (s.code() == StatusCode::kFenced) {
-                    // A lease moved. The write is all or nothing: with several shards,
-                    // which one is not known, so each still owned is written alone.
-                    ++stats_.fencing_refusals;
-                    if (fences.size() > 1 && !same.empty()) {
-                      auto left = std::make_shared<size_t>(same.size());
-                      for (int shard : same) {
-                        Fenced({shard}, write, ok, retry, [left, then] {
-                          if (--*left == 0) then();
-                        });
-                      }
-                      return Arm();
-                    }
-                    if (!same.empty()) {
-                      spdlog::warn(
-                          "cluster: shard {}: the database refused a write at epoch {} ({}); "
-                          "dropping the shard",
-                          fences.front().shard, fences.front().epoch, s.ToString());
-                      Drop(fences.front().shard);
-                    }
-                  } else {
-                    ++stats_.write_errors;
-                    if (!same.empty()) retry(same);
-                  }
-                  then();
-                  Arm();
-                });
+  std::shared_ptr<std::vector<store::JobRecord>> claimed;
+  if (const auto* p = std::get_if<store::change::PromoteDue>(&m.change)) claimed = p->claimed;
+  store_.Submit(std::move(m), [this, fences = std::move(fences), claimed = std::move(claimed),
+                               write = std::move(write), ok = std::move(ok),
+                               retry = std::move(retry), then = std::move(then)](const Status& s) {
+    // The shards still owned at the epochs written under.
+    std::vector<int> same;
+    for (const Fence& f : fences) {
+      auto it = owned_.find(f.shard);
+      if (it != owned_.end() && it->second == f.epoch) same.push_back(f.shard);
+    }
+    if (s.ok()) {
+      std::vector<int> all;
+      for (const Fence& f : fences) all.push_back(f.shard);
+      ok(all, claimed ? std::move(*claimed) : std::vector<store::JobRecord>{});
+    } else if (s.code() == StatusCode::kFenced) {
+      // A lease moved. The write is all or nothing: with several shards,
+      // which one is not known, so each still owned is written alone.
+      ++stats_.fencing_refusals;
+      if (fences.size() > 1 && !same.empty()) {
+        auto left = std::make_shared<size_t>(same.size());
+        for (int shard : same) {
+          Fenced({shard}, write, ok, retry, [left, then] {
+            if (--*left == 0) then();
+          });
+        }
+        return Arm();
+      }
+      if (!same.empty()) {
+        spdlog::warn(
+            "cluster: shard {}: the database refused a write at epoch {} ({}); "
+            "dropping the shard",
+            fences.front().shard, fences.front().epoch, s.ToString());
+        Drop(fences.front().shard);
+      }
+    } else {
+      ++stats_.write_errors;
+      if (!same.empty()) retry(same);
+    }
+    then();
+    Arm();
+  });
 }
 
 int64_t ShardClock::SteadyAtWall(int64_t wall_ms) const {

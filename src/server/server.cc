@@ -198,6 +198,7 @@ Status Server::Start() {
     shard_clock_ = std::make_unique<cluster::ShardClock>(*store_, *q, clock_,
                                                          cluster::ShardClockOptions{}, wake);
     shard_clock_->SetMetrics(&metrics_);
+    shard_clock_->ServeWaiters(claimer_.get());
     engine_->JoinCluster(*q, *claimer_, *ids_);
   }
   if (Status s = engine_->Recover(); !s.ok()) return s;
@@ -487,6 +488,7 @@ void Server::ScheduleFigures() {
       {"shards", k.shards},
       {"due_held", k.held},
       {"promoted", k.promoted},
+      {"promoted_reserved", k.reserved},
       {"fencing_refusals", k.fencing_refusals},
       {"owner_write_errors", k.write_errors},
       {"deliveries_in_flight", d.in_flight},

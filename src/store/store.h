@@ -131,11 +131,18 @@ struct DueJob {
   uint64_t id = 0;
 };
 // The `jobs` (each of a shard of `fences`, every shard once) that are still
-// delayed and due by `now_ms` become ready.
+// delayed and due by `now_ms` become ready; or reserved by this node, for
+// its own waiting consumers: per tube of `claim_for`, its best pull jobs (by
+// priority, then id), at most that many, as a claim at `now_ms` would
+// reserve them (a paused tube's none). Those rows are not announced; once
+// the submission succeeds, `claimed` (when given) holds them as stored.
+// A store without claims (SQLite) has no promotions.
 struct PromoteDue {
   std::vector<Fence> fences;
   std::vector<DueJob> jobs;
   int64_t now_ms = 0;
+  std::vector<std::pair<std::string, int64_t>> claim_for = {};
+  std::shared_ptr<std::vector<JobRecord>> claimed = {};
 };
 // Reservations of the fences' shards whose deadline is before `before_ms`
 // (their node died or lost them) go back to ready, as an expired ttr does.
@@ -185,8 +192,11 @@ struct Mutation {
     return {change::AdvanceTimer{id, next_fire_ms, last_fire_ms, std::move(fires), {}}};
   }
   static Mutation Promote(std::vector<change::Fence> fences, std::vector<change::DueJob> jobs,
-                          int64_t now_ms) {
-    return {change::PromoteDue{std::move(fences), std::move(jobs), now_ms}};
+                          int64_t now_ms,
+                          std::vector<std::pair<std::string, int64_t>> claim_for = {},
+                          std::shared_ptr<std::vector<JobRecord>> claimed = {}) {
+    return {change::PromoteDue{std::move(fences), std::move(jobs), now_ms, std::move(claim_for),
+                               std::move(claimed)}};
   }
   // Jobs `ids` of one shard.
   static Mutation Promote(change::Fence f, const std::vector<uint64_t>& ids, int64_t now_ms) {

@@ -84,6 +84,8 @@ class TestCluster {
           *n->store, *n->store, clock_, parts.claimer_options,
           [n](int64_t us) { n->claimer_wake_us = std::min(n->claimer_wake_us, us); });
     }
+    // As a server wires them: the owner's promotions serve its own waiters.
+    if (n->clock && n->claimer) n->clock->ServeWaiters(n->claimer.get());
     if (parts.clock || parts.claimer) {
       Status s = n->store->Listen([n](std::vector<store::Notice> ns) {
         if (n->clock) n->clock->Hear(ns);

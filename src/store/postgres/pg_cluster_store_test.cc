@@ -513,6 +513,72 @@ TEST_F(ClusterStoreTest, TheOwnerPromotesDueJobsAndEveryNodeHearsOfThem) {
   EXPECT_EQ(due, odd);
 }
 
+// A promotion that serves the owner's own waiters: per tube asked for, its
+// best due pull jobs (priority, then id) are reserved by the owner in the
+// same statement and returned as stored; a paused tube's are not; the rest
+// become ready. Refused by the fence, it reserves and returns nothing.
+TEST_F(ClusterStoreTest, APromotionReservesTheBestDueJobsForTheOwnersWaiters) {
+  auto a = Start("a");
+  a->Round();
+  ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards));
+  const uint32_t pri[] = {5, 1, 3, 1, 9};
+  std::vector<change::DueJob> due;
+  for (uint64_t id = 1; id <= 10; ++id) {
+    JobRecord j =
+        Job(id, id <= 5 ? "a" : "b", id <= 5 ? pri[id - 1] : 0, StoredState::kDelayed, kNow - 1);
+    ASSERT_TRUE(Apply(*a, Mutation::Insert(j)).ok());
+    due.push_back({a->store->ShardOf(j), id});
+  }
+  ASSERT_TRUE(Apply(*a, Mutation::PauseTube("b", kNow - 10, kNow + 60'000)).ok());
+  std::vector<change::Fence> fences;
+  for (int shard = 0; shard < kShards; ++shard) fences.push_back(a->Fence(shard));
+  const std::vector<std::pair<std::string, int64_t>> waiters = {{"a", 2}, {"b", 1}, {"c", 3}};
+
+  // A stale epoch: nothing reserved, nothing returned, every row as it was.
+  std::vector<change::Fence> stale = fences;
+  stale[static_cast<size_t>(due[1].shard)].epoch -= 1;
+  auto none = std::make_shared<std::vector<JobRecord>>();
+  Status refused = Apply(*a, Mutation::Promote(stale, due, kNow, waiters, none));
+  EXPECT_TRUE(Fenced(refused)) << refused.ToString();
+  EXPECT_TRUE(none->empty());
+  for (uint64_t id = 1; id <= 10; ++id) EXPECT_EQ(Get(*a, id).state, StoredState::kDelayed);
+
+  auto mine = std::make_shared<std::vector<JobRecord>>();
+  ASSERT_TRUE(Apply(*a, Mutation::Promote(fences, due, kNow, waiters, mine)).ok());
+  std::set<uint64_t> reserved;
+  for (const JobRecord& j : *mine) {
+    reserved.insert(j.id);
+    const JobRecord stored = Get(*a, j.id);
+    EXPECT_EQ(j.state, StoredState::kReserved);
+    EXPECT_EQ(j.reserved_by, "a");
+    EXPECT_EQ(j.deadline_ms, kNow + 30'000);
+    EXPECT_EQ(j.counters.reserves, 1u);
+    EXPECT_EQ(j.body, "body " + std::to_string(j.id));
+    EXPECT_EQ(j.version, stored.version);  // as stored: its next change is guarded by it
+    EXPECT_EQ(stored.state, StoredState::kReserved);
+  }
+  EXPECT_EQ(reserved, (std::set<uint64_t>{2, 4}));
+  for (uint64_t id = 1; id <= 10; ++id) {
+    if (reserved.count(id) == 0) {
+      EXPECT_EQ(Get(*a, id).state, StoredState::kReady) << id;
+    }
+  }
+  // The rest are claimable as any ready job, best first.
+  const std::vector<JobRecord> rest = Claim(*a, {"a"}, 10);
+  ASSERT_EQ(rest.size(), 3u);
+  EXPECT_EQ(rest[0].id, 3u);
+
+  // Waiters with no due job of their tubes: the promotion commits, reserving nothing.
+  JobRecord lone = Job(20, "d", 0, StoredState::kDelayed, kNow - 1);
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(lone)).ok());
+  auto nothing = std::make_shared<std::vector<JobRecord>>();
+  ASSERT_TRUE(
+      Apply(*a, Mutation::Promote(fences, {{a->store->ShardOf(lone), 20}}, kNow, waiters, nothing))
+          .ok());
+  EXPECT_TRUE(nothing->empty());
+  EXPECT_EQ(Get(*a, 20).state, StoredState::kReady);
+}
+
 // A node whose leases ran out while it stalled, and were taken by another,
 // cannot promote or requeue on those shards any more: the database refuses,
 // and the rows are as they were. The new owner can.

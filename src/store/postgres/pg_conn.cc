@@ -242,7 +242,7 @@ Status PgConn::Sync() {
   return Status::Ok();
 }
 
-Status PgConn::Next(uint64_t* changed) {
+Status PgConn::Next(uint64_t* changed, const std::function<void(const PGresult*)>& rows) {
   // One statement's results end with a NULL.
   Status s;
   bool got = false;
@@ -256,6 +256,7 @@ Status PgConn::Next(uint64_t* changed) {
           const char* n = PQcmdTuples(raw);
           *changed = n[0] ? std::strtoull(n, nullptr, 10) : 0;
         }
+        if (rows && s.ok()) rows(raw);
         break;
       case PGRES_PIPELINE_ABORTED:
         if (s.ok()) s = Status::IoError("postgres: statement skipped after an earlier failure");

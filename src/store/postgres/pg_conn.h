@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -124,10 +125,12 @@ class PgConn {
   Status Send(const char* name, const Params& p);
   Status SendSql(const char* sql);  // a statement without parameters
   Status Sync();
-  // The result of the next statement sent: its status, and the rows it
-  // changed in `changed` (INSERT/UPDATE/DELETE). After a failure, the
-  // statements that follow up to the next Sync come back as aborted.
-  Status Next(uint64_t* changed = nullptr);
+  // The result of the next statement sent: its status, the rows it changed
+  // or returned in `changed`, and its rows, when it succeeded, to `rows`.
+  // After a failure, the statements that follow up to the next Sync come
+  // back as aborted.
+  Status Next(uint64_t* changed = nullptr,
+              const std::function<void(const PGresult*)>& rows = nullptr);
 
   // The failure of the last call on this connection as a Status: a unique
   // violation is kConflict, a full disk kNoSpace, anything else (a lost

@@ -100,11 +100,50 @@ constexpr const char* kFence =
     "WITH f AS (SELECT shard FROM shard_leases WHERE owner=$2 AND (shard, epoch) IN (SELECT * "
     "FROM unnest($1::int8[], $3::int8[])) FOR KEY SHARE), h AS (SELECT count(*) = "
     "cardinality($1::int8[]) AS held FROM f), ";
-constexpr const char* kFenceEnd =
-    ", n AS (SELECT pg_notify('delayd_ready', t.tube) FROM (SELECT DISTINCT tube FROM p WHERE "
-    "push=0) t), m AS (SELECT pg_notify('delayd_push', t.shard || ' ' || t.tube) FROM (SELECT "
-    "DISTINCT shard, tube FROM p WHERE push=1) t) "
-    "SELECT 1 FROM h WHERE held AND (SELECT count(*) FROM n) + (SELECT count(*) FROM m) >= 0";
+// The notices of the rows `p` made ready (those of `p`'s rows that `ready`,
+// a condition on them, holds for); the statement that follows names `n`
+// and `m`, which PostgreSQL evaluates only if named.
+std::string ReadyNotices(const char* ready) {
+  return fmt::format(
+      ", n AS (SELECT pg_notify('delayd_ready', t.tube) FROM (SELECT DISTINCT tube FROM p WHERE "
+      "push=0 AND {0}) t), m AS (SELECT pg_notify('delayd_push', t.shard || ' ' || t.tube) FROM "
+      "(SELECT DISTINCT shard, tube FROM p WHERE push=1 AND {0}) t) ",
+      ready);
+}
+constexpr const char* kNoticesSent = "(SELECT count(*) FROM n) + (SELECT count(*) FROM m) >= 0";
+const std::string kFenceEnd =
+    ReadyNotices("true") + fmt::format("SELECT 1 FROM h WHERE held AND {}", kNoticesSent);
+
+// The promotion (change::PromoteDue). $4, $5: each due job's shard and id;
+// $6: now; $7, $8: how many pull jobs of each tube to reserve for this
+// node's waiters (claim_for). `d` locks the due rows, each found by its
+// primary key: with `j.shard=ANY($1)` on the table rather than the array,
+// PostgreSQL 15's generic plan found each through jobs_due with only its
+// id, a scan of that whole index per job (0.7 ms a promotion of 3 jobs
+// among 50k delayed ones; bench/postgres's cost lines). `r` ranks them per
+// tube as a claim orders them (a window cannot share a SELECT with FOR
+// UPDATE, hence two steps) and marks `mine` the best of each tube waited
+// for and not paused. The statement returns the rows reserved, or, when
+// every fence held and none was, one row of NULLs: no row at all is the
+// refusal (kFence).
+std::string PromoteSql() {
+  return fmt::format(
+      "{}d AS (SELECT j.shard, j.id, j.tube, j.pri, j.push FROM jobs j JOIN unnest($4::int8[], "
+      "$5::int8[]) AS u(shard, id) ON (j.shard, j.id)=(u.shard, u.id) WHERE u.shard=ANY($1) "
+      "AND j.state=1 AND j.due_ms<=$6 AND (SELECT held FROM h) FOR UPDATE OF j), "
+      "w AS (SELECT t.tube, t.n FROM unnest($7::text[], $8::int8[]) AS t(tube, n) WHERE NOT "
+      "EXISTS (SELECT 1 FROM tubes z WHERE z.name=t.tube AND z.unpause_ms>$6)), "
+      "r AS (SELECT d.shard, d.id, d.push=0 AND w.n IS NOT NULL AND row_number() OVER (PARTITION "
+      "BY d.tube, d.push ORDER BY d.pri, d.id) <= w.n AS mine FROM d LEFT JOIN w ON "
+      "w.tube=d.tube), "
+      "p AS (UPDATE jobs j SET state=CASE WHEN r.mine THEN 4 ELSE 0 END, ver=j.ver+1, "
+      "reserved_by=CASE WHEN r.mine THEN $2 END, deadline_ms=CASE WHEN r.mine THEN $6+j.ttr_ms "
+      "END, reserves=j.reserves+CASE WHEN r.mine THEN 1 ELSE 0 END FROM r WHERE (j.shard, "
+      "j.id)=(r.shard, r.id) RETURNING r.mine, j.shard, {})"
+      "{}SELECT {} FROM h LEFT JOIN (SELECT * FROM p WHERE mine) q ON true WHERE h.held AND {}",
+      kFence, Qualified(kJobColumns, "j"), ReadyNotices("NOT mine"), Qualified(kJobColumns, "q"),
+      kNoticesSent);
+}
 
 // A claim: the best ready jobs of the tubes ($3), at most $4; per tube in
 // the claim order of its index, skipping rows another node is claiming,
@@ -162,18 +201,10 @@ std::vector<Statement> Statements() {
        change_types},
       {"delete", "DELETE FROM jobs WHERE id=$1 AND ($2::int8 IS NULL OR ver=$2)", {kInt8, kInt8}},
       // Cluster mode: the fenced writes of a shard's owner (kFence).
-      // $4, $5: each due job's shard and id; $6: now. Each job is found by
-      // its primary key: with `j.shard=ANY($1)` on the table rather than the
-      // array, PostgreSQL 15's generic plan found each through jobs_due with
-      // only its id, a scan of that whole index per job (0.7 ms a promotion
-      // of 3 jobs among 50k delayed ones; bench/postgres's cost lines).
       {"promote",
-       fmt::format("{}p AS (UPDATE jobs j SET state=0, ver=j.ver+1 FROM unnest($4::int8[], "
-                   "$5::int8[]) AS d(shard, id) WHERE (j.shard, j.id)=(d.shard, d.id) AND "
-                   "d.shard=ANY($1) AND j.state=1 AND j.due_ms<=$6 AND (SELECT held FROM h) "
-                   "RETURNING j.shard, j.tube, j.push){}",
-                   kFence, kFenceEnd),
-       {pg::kInt8Array, kText, pg::kInt8Array, pg::kInt8Array, pg::kInt8Array, kInt8}},
+       PromoteSql(),
+       {pg::kInt8Array, kText, pg::kInt8Array, pg::kInt8Array, pg::kInt8Array, kInt8,
+        pg::kTextArray, pg::kInt8Array}},
       // $4: reservations whose deadline is before it (jobs_held, per shard).
       {"requeue",
        fmt::format("{}p AS (UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, "
@@ -567,20 +598,22 @@ class PgStore::Batcher {
     inserts_->Add(j, shard);
     if (inserts_->rows() >= kInsertRows) SendInserts();
   }
+  // What a statement's rows are handed to, when it succeeds.
+  using Rows = std::function<void(const PGresult*)>;
   // Queues a statement. With `if_none`, changing (or returning) no row is a
   // `refused` status saying `if_none`: the submission's own failure when
   // `own` is given (the statement changed nothing, so the rest may commit),
-  // else the batch's.
+  // else the batch's. The rows it returns go to `rows`.
   void Send(const char* name, const Params& p, const char* if_none = nullptr, Status* own = nullptr,
-            StatusCode refused = StatusCode::kConflict) {
+            StatusCode refused = StatusCode::kConflict, Rows rows = nullptr) {
     SendInserts();
     if (!status_.ok()) return;
-    Track(conn_.Send(name, p), {if_none, own, refused});
+    Track(conn_.Send(name, p), {if_none, own, refused, std::move(rows)});
   }
   void Sql(const char* sql) {
     SendInserts();
     if (!status_.ok()) return;
-    Track(conn_.SendSql(sql), {nullptr, nullptr, StatusCode::kConflict});
+    Track(conn_.SendSql(sql), {nullptr, nullptr, StatusCode::kConflict, nullptr});
   }
   // Whether a statement sent since the last Flush may fail the batch by
   // changing no row: its result must be read before the transaction commits.
@@ -597,7 +630,7 @@ class PgStore::Batcher {
     Status s = conn_.Sync();
     for (const Sent& st : sent_) {
       uint64_t changed = 0;
-      Status one = s.ok() ? conn_.Next(&changed) : s;
+      Status one = s.ok() ? conn_.Next(&changed, st.rows) : s;
       if (one.ok() && st.if_none != nullptr && changed == 0) {
         if (st.own != nullptr) {
           *st.own = Status(st.refused, st.if_none);
@@ -617,6 +650,7 @@ class PgStore::Batcher {
     const char* if_none;  // Send's
     Status* own;
     StatusCode refused;
+    Rows rows;
   };
 
   void SendInserts() {
@@ -624,7 +658,7 @@ class PgStore::Batcher {
     Params p = inserts_->ToParams();
     inserts_.reset();
     if (!status_.ok()) return;
-    Track(conn_.Send("insert", p), {nullptr, nullptr, StatusCode::kConflict});
+    Track(conn_.Send("insert", p), {nullptr, nullptr, StatusCode::kConflict, nullptr});
   }
   void Track(Status s, Sent sent) {
     if (!s.ok()) {
@@ -1114,8 +1148,27 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
                 shards.Int(d.shard);
                 ids.Int(static_cast<int64_t>(d.id));
               }
-              b.Send("promote", fence_params(x.fences).Array(shards).Array(ids).Int(x.now_ms),
-                     kFenced, own, kFencedCode);
+              ArrayParam tubes(kText);
+              ArrayParam wanted(kInt8);
+              for (const auto& [tube, n] : x.claim_for) {
+                tubes.Bytes(tube);
+                wanted.Int(n);
+              }
+              Batcher::Rows rows = nullptr;
+              if (x.claimed) {
+                rows = [claimed = x.claimed](const PGresult* r) {
+                  // Read whole each time: a batch written again reads them again.
+                  claimed->clear();
+                  for (int i = 0; i < PQntuples(r); ++i) {
+                    if (!PQgetisnull(r, i, 0)) claimed->push_back(ReadJob(r, i));
+                  }
+                };
+              }
+              b.Send(
+                  "promote",
+                  fence_params(x.fences).Array(shards).Array(ids).Int(x.now_ms).Array(tubes).Array(
+                      wanted),
+                  kFenced, own, kFencedCode, std::move(rows));
             },
             [&](const change::RequeueExpired& x) {
               b.Send("requeue", fence_params(x.fences).Int(x.before_ms), kFenced, own, kFencedCode);
