@@ -69,10 +69,15 @@ Claimer::WaiterId Claimer::Wait(std::vector<std::string> tubes, Granted granted)
   waiters_.emplace(id, std::make_pair(key, std::move(granted)));
   if (g.claiming) {
     g.again = true;  // the claim in flight was not sized for this waiter
-  } else if (g.retry_at_us == 0) {
+  } else if (g.retry_at_us == 0 && !KnownEmpty(g.tubes)) {
     Claim(key);
   }
   return id;
+}
+
+bool Claimer::KnownEmpty(const std::vector<std::string>& tubes) const {
+  return std::all_of(tubes.begin(), tubes.end(),
+                     [this](const std::string& t) { return empty_.count(t) != 0; });
 }
 
 void Claimer::Cancel(WaiterId id) {
@@ -90,6 +95,11 @@ void Claimer::Hear(const std::vector<Notice>& notices) {
     if (n.kind == Notice::Kind::kDue) continue;
     // A tube with ready jobs, or one resumed (kTube), may have jobs to claim.
     const bool all = n.kind == Notice::Kind::kListening;
+    if (all) {
+      empty_.clear();
+    } else {
+      empty_.erase(n.tube);
+    }
     for (auto& [key, g] : groups_) {
       if (!all && !std::binary_search(g.tubes.begin(), g.tubes.end(), n.tube)) continue;
       g.drained = false;
@@ -233,6 +243,7 @@ void Claimer::OnClaimed(const std::string& key, Result<std::vector<JobRecord>> r
   } else {
     got = r->size();
     g.drained = got < g.asked;
+    if (g.drained && !g.again && !g.heard) empty_.insert(g.tubes.begin(), g.tubes.end());
     // Still claiming while granting: a grant may wait or cancel again,
     // which must not remove this group. What no waiter takes now is kept
     // for the next ones, for spare_ms.

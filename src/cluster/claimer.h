@@ -17,6 +17,13 @@
 // that stopped waiting meanwhile goes back to ready at once, its
 // reservation uncounted, guarded by the version the claim gave it.
 //
+// Known empty: a claim that came back with fewer jobs than it asked for,
+// with no notice heard while it was in flight, left none ready in its tubes
+// (it took every one it found). Until a notice names such a tube (every
+// change that makes a job ready announces its tube after committing), a
+// waiter whose tubes are all known empty waits without claiming: a serial
+// consumer would otherwise make a claim that finds nothing before each job.
+//
 // Claiming ahead: a beanstalk connection has one reserve waiting at a time,
 // so consumers that reserve, delete and reserve again would each cost a
 // claim round trip. While a group's waiters keep coming back (one was
@@ -35,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -143,7 +151,11 @@ class Claimer final : public engine::Claims {
   const ClaimerOptions options_;
   const WakeFn wake_;
 
-  std::map<std::string, Group> groups_;                                    // by their tubes, joined
+  // Whether every tube of `tubes` is known empty.
+  bool KnownEmpty(const std::vector<std::string>& tubes) const;
+
+  std::map<std::string, Group> groups_;  // by their tubes, joined
+  std::set<std::string> empty_;          // tubes known empty (above)
   std::unordered_map<WaiterId, std::pair<std::string, Granted>> waiters_;  // group key
   WaiterId next_id_ = 1;
   bool held_ = false;

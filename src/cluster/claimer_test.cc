@@ -183,6 +183,27 @@ TEST_F(ClaimerTest, TheOwnersPromotionServesItsOwnWaitersWithoutAClaim) {
   EXPECT_EQ((*left)->state, StoredState::kReady);
 }
 
+// A claim that found nothing marks its tubes empty: waiters that come after
+// it wait without claiming, until a notice names the tube; the job that
+// notice announces reaches them.
+TEST_F(ClaimerTest, AfterAClaimFoundNothingWaitersClaimOnlyOnANotice) {
+  TestNode& a = Start("a");
+  TestNode& b = Start("b");
+  std::vector<JobRecord> got;
+  auto wait = [&] { a.claimer->Wait({"e"}, [&](JobRecord j) { got.push_back(std::move(j)); }); };
+  wait();
+  ASSERT_TRUE(cluster_.Drive([&] { return a.claimer->stats().in_flight == 0; }));
+  const uint64_t claims = a.claimer->stats().claims;
+  ASSERT_GE(claims, 1u);
+  wait();  // joins the group: the tube is known empty
+  wait();
+  EXPECT_EQ(a.claimer->stats().claims, claims);
+  ASSERT_TRUE(Put(b, Job(1, "e")).ok());
+  ASSERT_TRUE(cluster_.Drive([&] { return got.size() == 1; }));
+  EXPECT_EQ(got[0].id, 1u);
+  EXPECT_GT(a.claimer->stats().claims, claims);
+}
+
 // Waiters get jobs of the tubes they watch only, best (priority, id) first.
 TEST_F(ClaimerTest, WaitersGetOnlyTheTubesTheyWatch) {
   TestNode& a = Start("a");
