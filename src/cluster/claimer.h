@@ -23,6 +23,8 @@
 // change that makes a job ready announces its tube after committing), a
 // waiter whose tubes are all known empty waits without claiming: a serial
 // consumer would otherwise make a claim that finds nothing before each job.
+// A claim finds a paused tube empty too, and a pause that runs out is not
+// announced: the engine says so (Resumed).
 //
 // Claiming ahead: a beanstalk connection has one reserve waiting at a time,
 // so consumers that reserve, delete and reserve again would each cost a
@@ -110,6 +112,8 @@ class Claimer final : public engine::Claims {
   // Puts a job claimed for nobody back to ready, its reservation uncounted,
   // guarded by the version the claim gave it.
   void Return(store::JobRecord j) override;
+  // Forgets that `tube` is known empty: a claim may have found it paused.
+  void Resumed(const std::string& tube) override { empty_.erase(tube); }
 
   ClaimerStats stats() const;
 

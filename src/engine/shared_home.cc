@@ -143,6 +143,9 @@ void SharedHome::Claim(Client* c) {
 }
 
 void SharedHome::Rewait(Tube* t) {
+  // Called as a pause begins or ends; a claim made before an end may have
+  // found the tube paused, and so empty.
+  claims_.Resumed(t->name);
   for (Client* c : std::vector<Client*>(t->waiters)) Claim(c);
 }
 

@@ -40,6 +40,7 @@ class ServedClaims final : public Claims {
   }
   std::optional<JobRecord> TakeSpare(std::vector<std::string>) override { return std::nullopt; }
   void Cancel(WaiterId id) override { waiters_.erase(id); }
+  void Resumed(const std::string& tube) override { resumed.push_back(tube); }
   void Return(JobRecord j) override {
     ++returned;
     auto row = store_.rows().find(j.id);
@@ -67,6 +68,7 @@ class ServedClaims final : public Claims {
   }
   size_t waiting() const { return waiters_.size(); }
   int returned = 0;
+  std::vector<std::string> resumed;  // Resumed's tubes, in order
 
  private:
   struct Waiter {
@@ -327,6 +329,21 @@ TEST_F(SharedHomeTest, APausedTubeIsLeftOutOfClaimsUntilItResumes) {
   EXPECT_EQ(claims_.waiting(), 0u);  // nothing to claim from
   EXPECT_EQ(claims_.Serve(), 0);
   ASSERT_TRUE(Await([&](auto done) { engine_->ResumeTube("default", done); }).ok());
+  EXPECT_EQ(claims_.Serve(), 1);
+  EXPECT_EQ(r_.Take(), "reserved " + std::to_string(id) + " a");
+}
+
+// No notice says a pause ran out: the engine tells the claims, whose
+// claims during the pause found the tube empty, before its waiters claim.
+TEST_F(SharedHomeTest, APauseThatRunsOutIsToldToTheClaimsAndItsWaitersClaimAgain) {
+  const uint64_t id = Put("a");
+  ASSERT_TRUE(Await([&](auto done) { engine_->PauseTube("default", 5'000, done); }).ok());
+  engine_->Reserve(c_, -1);
+  EXPECT_EQ(claims_.waiting(), 0u);
+  claims_.resumed.clear();
+  clock_.AdvanceMillis(5'001);
+  engine_->Tick();
+  EXPECT_EQ(claims_.resumed, std::vector<std::string>{"default"});
   EXPECT_EQ(claims_.Serve(), 1);
   EXPECT_EQ(r_.Take(), "reserved " + std::to_string(id) + " a");
 }

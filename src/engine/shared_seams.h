@@ -36,6 +36,10 @@ class Claims {
   virtual void Cancel(WaiterId id) = 0;
   // Puts a job claimed for nobody back to ready, its reservation uncounted.
   virtual void Return(store::JobRecord j) = 0;
+  // `tube`'s pause ended here (it ran out, or a resume was heard), which no
+  // notice announces when it runs out: what a claim made during the pause
+  // found says nothing of the tube now.
+  virtual void Resumed(const std::string& tube) = 0;
 };
 
 class IdSource {
