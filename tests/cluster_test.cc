@@ -263,14 +263,18 @@ TEST_F(ClusterTest, DueJobsReachAConsumerOnANodeThatOwnsNoneOfTheirShardsWithinM
     EXPECT_EQ(c.Cmd("delete " + std::to_string(id)), "DELETED\r\n");
   }
   std::sort(lateness.begin(), lateness.end());
+  const int64_t median = lateness[lateness.size() / 2];
   std::printf(
       "due -> reserved on a node owning none of the jobs' shards (%zu jobs): median %lld "
       "ms, max %lld ms\n",
-      lateness.size(), static_cast<long long>(lateness[lateness.size() / 2]),
-      static_cast<long long>(lateness.back()));
-  // A few ms in a quiet release build; a wake-up by polling (the lease
-  // round, a second) would show here.
-  EXPECT_LT(lateness.back(), 500);
+      lateness.size(), static_cast<long long>(median), static_cast<long long>(lateness.back()));
+  // A few ms in a quiet build. A wake-up by polling (the lease round, a
+  // second) would put the median near 500 ms. One job's tail is the
+  // machine's: under TSan beside another cluster test on two cores it has
+  // reached 515 ms with a median of 6; a wake-up lost for good would time
+  // the reserve out above.
+  EXPECT_LT(median, 100);
+  EXPECT_LT(lateness.back(), 2000);
 }
 
 // In cluster mode memory holds only a node's part: the forecast is read from

@@ -69,15 +69,27 @@ Claimer::WaiterId Claimer::Wait(std::vector<std::string> tubes, Granted granted)
   waiters_.emplace(id, std::make_pair(key, std::move(granted)));
   if (g.claiming) {
     g.again = true;  // the claim in flight was not sized for this waiter
-  } else if (g.retry_at_us == 0 && !KnownEmpty(g.tubes)) {
-    Claim(key);
+  } else if (g.retry_at_us == 0) {
+    const int64_t until = KnownEmptyUntil(g.tubes);
+    if (until == 0) {
+      Claim(key);
+    } else {
+      g.retry_at_us = until;  // unless a notice comes first
+      Arm();
+    }
   }
   return id;
 }
 
-bool Claimer::KnownEmpty(const std::vector<std::string>& tubes) const {
-  return std::all_of(tubes.begin(), tubes.end(),
-                     [this](const std::string& t) { return empty_.count(t) != 0; });
+int64_t Claimer::KnownEmptyUntil(const std::vector<std::string>& tubes) const {
+  const int64_t now = clock_.SteadyMicros();
+  int64_t until = INT64_MAX;
+  for (const std::string& t : tubes) {
+    auto it = empty_.find(t);
+    if (it == empty_.end() || it->second <= now) return 0;
+    until = std::min(until, it->second);
+  }
+  return tubes.empty() ? 0 : until;
 }
 
 void Claimer::Cancel(WaiterId id) {
@@ -112,6 +124,13 @@ void Claimer::Hear(const std::vector<Notice>& notices) {
         Claim(key);
       }
     }
+  }
+}
+
+void Claimer::Resumed(const std::string& tube) {
+  empty_.erase(tube);
+  for (auto& [key, g] : groups_) {
+    if (std::binary_search(g.tubes.begin(), g.tubes.end(), tube)) g.retry_at_us = 0;
   }
 }
 
@@ -174,14 +193,18 @@ void Claimer::Tick() {
   const int64_t now = clock_.SteadyMicros();
   std::vector<std::string> due;
   std::vector<std::string> idle;
+  std::erase_if(empty_, [now](const auto& e) { return e.second <= now; });
   for (auto& [key, g] : groups_) {
-    if (g.retry_at_us != 0 && g.retry_at_us <= now) due.push_back(key);
     // Claimed ahead and not taken in time: back to ready for everyone.
     while (!g.spares.empty() && g.spares.front().second + options_.spare_ms * 1000 <= now) {
       Return(std::move(g.spares.front().first));
       g.spares.pop_front();
     }
-    if (g.spares.empty() && g.waiters.empty() && !g.claiming) idle.push_back(key);
+    if (g.spares.empty() && g.waiters.empty() && !g.claiming) {
+      idle.push_back(key);  // never also due: erased below
+    } else if (g.retry_at_us != 0 && g.retry_at_us <= now) {
+      due.push_back(key);
+    }
   }
   for (const std::string& key : idle) groups_.erase(key);
   for (const std::string& key : due) {
@@ -243,7 +266,11 @@ void Claimer::OnClaimed(const std::string& key, Result<std::vector<JobRecord>> r
   } else {
     got = r->size();
     g.drained = got < g.asked;
-    if (g.drained && !g.again && !g.heard) empty_.insert(g.tubes.begin(), g.tubes.end());
+    const bool empty = g.drained && !g.again && !g.heard;
+    const int64_t empty_until = clock_.SteadyMicros() + options_.empty_ms * 1000;
+    if (empty) {
+      for (const std::string& t : g.tubes) empty_[t] = empty_until;
+    }
     // Still claiming while granting: a grant may wait or cancel again,
     // which must not remove this group. What no waiter takes now is kept
     // for the next ones, for spare_ms.
@@ -255,6 +282,9 @@ void Claimer::OnClaimed(const std::string& key, Result<std::vector<JobRecord>> r
       }
       Grant(g, std::move(j), now);
     }
+    // The waiters left claim again when that knowledge runs out, unless a
+    // notice comes first.
+    if (empty && !g.waiters.empty()) g.retry_at_us = empty_until;
   }
   g.claiming = false;
   const bool more = r.ok() && (g.again || got == g.asked);

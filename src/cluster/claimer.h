@@ -24,7 +24,10 @@
 // waiter whose tubes are all known empty waits without claiming: a serial
 // consumer would otherwise make a claim that finds nothing before each job.
 // A claim finds a paused tube empty too, and a pause that runs out is not
-// announced: the engine says so (Resumed).
+// announced: the engine says so (Resumed). The knowledge lasts empty_ms,
+// and a group left waiting on it claims again then: a job a claim skipped
+// because another transaction held its row, which then rolled back, is
+// ready with no notice to come (NOTIFY is transactional).
 //
 // Claiming ahead: a beanstalk connection has one reserve waiting at a time,
 // so consumers that reserve, delete and reserve again would each cost a
@@ -61,6 +64,7 @@ struct ClaimerOptions {
   int64_t retry_ms = 200;     // after a failed claim
   size_t prefetch = 16;       // jobs claimed ahead per busy group, at most
   int64_t spare_ms = 100;     // how long a job claimed ahead waits for a waiter
+  int64_t empty_ms = 1000;    // how long a tube a claim found empty is known empty
 };
 
 struct ClaimerStats {
@@ -107,13 +111,15 @@ class Claimer final : public engine::Claims {
   // before it would take the jobs it left to others. Released, the groups
   // that heard one claim, if they still wait. Call Take first.
   void Hold(bool held);
-  // Makes the claims that failed and are due again.
+  // Makes the claims that failed, and those of groups whose tubes' known
+  // emptiness ran out, that are due.
   void Tick();
   // Puts a job claimed for nobody back to ready, its reservation uncounted,
   // guarded by the version the claim gave it.
   void Return(store::JobRecord j) override;
-  // Forgets that `tube` is known empty: a claim may have found it paused.
-  void Resumed(const std::string& tube) override { empty_.erase(tube); }
+  // Forgets that `tube` is known empty (a claim may have found it paused):
+  // its groups' next waiters claim at once.
+  void Resumed(const std::string& tube) override;
 
   ClaimerStats stats() const;
 
@@ -125,7 +131,7 @@ class Claimer final : public engine::Claims {
     size_t asked = 0;         // jobs the claim in flight asked for
     bool again = false;       // a notice or a waiter came while claiming
     bool heard = false;       // a notice came while held
-    int64_t retry_at_us = 0;  // steady; 0: no retry pending
+    int64_t retry_at_us = 0;  // steady; 0: no claim again pending (failed, known empty)
     // Jobs claimed ahead, oldest first, with when they were claimed (steady).
     std::deque<std::pair<store::JobRecord, int64_t>> spares;
     int64_t served_us = 0;  // steady: when a waiter was last served
@@ -155,11 +161,12 @@ class Claimer final : public engine::Claims {
   const ClaimerOptions options_;
   const WakeFn wake_;
 
-  // Whether every tube of `tubes` is known empty.
-  bool KnownEmpty(const std::vector<std::string>& tubes) const;
+  // Until when (steady) every tube of `tubes` is known empty; 0 if one is
+  // not.
+  int64_t KnownEmptyUntil(const std::vector<std::string>& tubes) const;
 
-  std::map<std::string, Group> groups_;  // by their tubes, joined
-  std::set<std::string> empty_;          // tubes known empty (above)
+  std::map<std::string, Group> groups_;   // by their tubes, joined
+  std::map<std::string, int64_t> empty_;  // tubes known empty (above), until (steady)
   std::unordered_map<WaiterId, std::pair<std::string, Granted>> waiters_;  // group key
   WaiterId next_id_ = 1;
   bool held_ = false;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -202,6 +203,28 @@ TEST_F(ClaimerTest, AfterAClaimFoundNothingWaitersClaimOnlyOnANotice) {
   ASSERT_TRUE(cluster_.Drive([&] { return got.size() == 1; }));
   EXPECT_EQ(got[0].id, 1u);
   EXPECT_GT(a.claimer->stats().claims, claims);
+}
+
+// A job can become ready with no notice to come: a claim skipped its row
+// while another transaction held it, and that transaction rolled back (a
+// NOTIFY is sent only on commit). Known emptiness lasts empty_ms; then the
+// waiters claim again and get it. Made here by an UPDATE with no notice.
+TEST_F(ClaimerTest, AJobReadyWithoutANoticeReachesItsWaiterOnceTheTubesEmptinessRunsOut) {
+  TestNode& a = cluster_.Start(
+      "a", NodeParts{.claimer = true, .claimer_options = ClaimerOptions{.empty_ms = 1000}});
+  ASSERT_TRUE(Put(a, Job(1, "quiet", Now() + 3'600'000)).ok());  // delayed: not claimable
+  std::vector<JobRecord> got;
+  a.claimer->Wait({"quiet"}, [&](JobRecord j) { got.push_back(std::move(j)); });
+  ASSERT_TRUE(cluster_.Drive([&] { return a.claimer->stats().in_flight == 0; }));
+  const uint64_t claims = a.claimer->stats().claims;
+  ASSERT_TRUE(db_.Exec("UPDATE jobs SET state=0, due_ms=0 WHERE id=1"));
+  // Known empty: no claim for a while (the knowledge is younger than this
+  // test's last look, so 300 ms in it has 700 left).
+  EXPECT_FALSE(cluster_.Drive([&] { return !got.empty(); }, std::chrono::milliseconds(300)));
+  EXPECT_EQ(a.claimer->stats().claims, claims);
+  ASSERT_TRUE(cluster_.Drive([&] { return got.size() == 1; }));
+  EXPECT_EQ(got[0].id, 1u);
+  EXPECT_EQ(a.claimer->stats().claims, claims + 1);
 }
 
 // Waiters get jobs of the tubes they watch only, best (priority, id) first.
