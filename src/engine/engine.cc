@@ -8,7 +8,7 @@
 #include <cassert>
 
 #include "engine/local_home.h"
-#include "engine/spec_json.h"
+#include "engine/spec_codec.h"
 
 namespace delayd::engine {
 

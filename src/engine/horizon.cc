@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/engine.h"
-#include "engine/spec_json.h"
+#include "engine/spec_codec.h"
 
 namespace delayd::engine {
 

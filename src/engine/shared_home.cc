@@ -11,7 +11,7 @@
 #include <map>
 
 #include "engine/engine.h"
-#include "engine/spec_json.h"
+#include "engine/spec_codec.h"
 
 namespace delayd::engine {
 

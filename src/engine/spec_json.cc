@@ -1,14 +1,10 @@
 #include "engine/spec_json.h"
 
-#include <spdlog/spdlog.h>
-
 #include <cmath>
 #include <initializer_list>
 #include <string_view>
 
 #include "common/header_rules.h"
-#include "common/json_dump.h"
-#include "common/json_text.h"
 #include "common/time_format.h"
 
 namespace delayd::engine {
@@ -105,7 +101,7 @@ Result<int64_t> ParseMillis(const json& v, const std::string& field, int64_t max
   return Status::InvalidField(field, "must be milliseconds or a duration string");
 }
 
-Result<Target> ParseTarget(const json& j, const std::string& prefix, bool stored) {
+Result<Target> ParseTarget(const json& j, const std::string& prefix) {
   Status s = CheckObject(j, prefix, {"url", "method", "headers", "timeout_ms"});
   if (!s.ok()) return s;
   Target t;
@@ -138,10 +134,7 @@ Result<Target> ParseTarget(const json& j, const std::string& prefix, bool stored
     if (!h.is_object()) return Status::InvalidField(field, "must be an object of strings");
     for (const auto& [name, value] : h.items()) {
       if (!value.is_string()) return Status::InvalidField(Join(field, name), "must be a string");
-      // A stored target keeps the headers it was stored with, so that a rule
-      // made since never turns a push job into a pull job; the dispatcher
-      // checks them again before it sends any.
-      std::string fault = stored ? "" : TargetHeaderFault(name, value.get<std::string>());
+      std::string fault = TargetHeaderFault(name, value.get<std::string>());
       if (!fault.empty())
         return Status::InvalidField(Join(field, name), "header " + name + " " + fault);
       t.headers.emplace_back(name, value.get<std::string>());
@@ -192,7 +185,7 @@ Result<RetryPolicy> ParseRetry(const json& j, const std::string& prefix) {
   return r;
 }
 
-Result<TopicSettings> ParseTopicSettings(const json& j, bool stored) {
+Result<TopicSettings> ParseTopicSettings(const json& j) {
   Status s = CheckObject(
       j, "",
       {"target", "retry", "ttr_ms", "signing_secret", "rate_limit_per_s", "max_concurrency",
@@ -202,7 +195,7 @@ Result<TopicSettings> ParseTopicSettings(const json& j, bool stored) {
   if (!s.ok()) return s;
   TopicSettings t;
   if (j.contains("target") && !j["target"].is_null()) {
-    Result<Target> target = ParseTarget(j["target"], "target", stored);
+    Result<Target> target = ParseTarget(j["target"], "target");
     if (!target.ok()) return target.status();
     t.target = std::move(*target);
   }
@@ -268,114 +261,15 @@ Result<TopicSettings> ParseTopicSettings(const json& j, bool stored) {
   return t;
 }
 
-JsonWriter& WriteJson(JsonWriter& w, const Target& t) {
-  w.BeginObject();
-  w.Key("url").String(t.url);
-  w.Key("method").String(t.method);
-  w.Key("headers").BeginObject();
-  for (const auto& [k, v] : t.headers) w.Key(k).String(v);
-  w.EndObject();
-  w.Key("timeout_ms").Int(t.timeout_ms);
-  return w.EndObject();
-}
-
-JsonWriter& WriteJson(JsonWriter& w, const RetryPolicy& r) {
-  w.BeginObject();
-  w.Key("max_attempts").Uint(r.max_attempts);
-  w.Key("initial_backoff_ms").Int(r.initial_backoff_ms);
-  w.Key("max_backoff_ms").Int(r.max_backoff_ms);
-  w.Key("multiplier").Double(r.multiplier);
-  w.Key("jitter").Bool(r.jitter);
-  w.Key("retry_4xx").Bool(r.retry_4xx);
-  w.Key("max_age_ms").Int(r.max_age_ms);
-  return w.EndObject();
-}
-
-namespace {
-
-// The DOM form, for the rarely written topic settings: one writer above
-// defines the field names of both forms.
-template <typename T>
-json ToDom(const T& value) {
-  std::string text;
-  JsonWriter w(text);
-  WriteJson(w, value);
-  return json::parse(text);
-}
-
-}  // namespace
-
 json ToJson(const TopicSettings& s, bool with_secret) {
-  json j = {{"target", s.target ? ToDom(*s.target) : json(nullptr)},
-            {"retry", s.retry ? ToDom(*s.retry) : json(nullptr)},
-            {"ttr_ms", s.ttr_ms},
-            {"rate_limit_per_s", s.rate_limit_per_s},
-            {"max_concurrency", s.max_concurrency},
-            {"alert", nullptr}};
-  if (with_secret) {
-    j["signing_secret"] = s.signing_secret;
-  } else {
+  // The stored form is the shown one, less the secret.
+  json j = json::parse(EncodeSettings(s));
+  if (!with_secret) {
     // A secret is write-only over the API: say whether one is set.
+    j.erase("signing_secret");
     j["signing_secret_set"] = !s.signing_secret.empty();
   }
-  if (s.alert) {
-    j["alert"] = {{"webhook", s.alert->webhook},
-                  {"on_dead_letter", s.alert->on_dead_letter},
-                  {"consecutive_failures", s.alert->consecutive_failures},
-                  {"min_interval_s", s.alert->min_interval_s}};
-  }
   return j;
-}
-
-std::string EncodeSpec(const JobSpec& spec) {
-  if (!spec.target && !spec.retry && spec.encoding == BodyEncoding::kRaw) return "";
-  std::string text;
-  JsonWriter w(text);
-  w.BeginObject();
-  if (spec.target) WriteJson(w.Key("target"), *spec.target);
-  if (spec.retry) WriteJson(w.Key("retry"), *spec.retry);
-  if (spec.encoding != BodyEncoding::kRaw) {
-    w.Key("encoding").String(spec.encoding == BodyEncoding::kJson ? "json" : "base64");
-  }
-  w.EndObject();
-  return text;
-}
-
-std::shared_ptr<const JobSpec> DecodeSpec(const std::string& text) {
-  if (text.empty()) return nullptr;
-  auto spec = std::make_shared<JobSpec>();
-  Result<json> parsed = ParseJson(text, "spec");
-  if (!parsed.ok()) {
-    spdlog::error("store: unreadable job spec {}", text.substr(0, 80));
-    return spec;
-  }
-  const json& j = *parsed;
-  if (j.contains("target")) {
-    Result<Target> t = ParseTarget(j["target"], "target", /*stored=*/true);
-    if (t.ok()) spec->target = std::move(*t);
-  }
-  if (j.contains("retry")) {
-    Result<RetryPolicy> r = ParseRetry(j["retry"], "retry");
-    if (r.ok()) spec->retry = *r;
-  }
-  if (j.contains("encoding")) {
-    spec->encoding = j["encoding"] == "json" ? BodyEncoding::kJson : BodyEncoding::kBase64;
-  }
-  return spec;
-}
-
-std::string EncodeSettings(const TopicSettings& s) { return DumpJson(ToJson(s, true)); }
-
-std::shared_ptr<const TopicSettings> DecodeSettings(const std::string& text) {
-  if (text.empty()) return nullptr;
-  Result<json> j = ParseJson(text, "settings");
-  if (!j.ok()) return nullptr;
-  Result<TopicSettings> s = ParseTopicSettings(*j, /*stored=*/true);
-  if (!s.ok()) {
-    spdlog::error("store: unreadable topic settings: {}", s.status().ToString());
-    return nullptr;
-  }
-  return std::make_shared<TopicSettings>(std::move(*s));
 }
 
 }  // namespace delayd::engine

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "engine/engine.h"
-#include "engine/spec_json.h"
+#include "engine/spec_codec.h"
 
 namespace delayd::engine {
 

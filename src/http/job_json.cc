@@ -3,6 +3,7 @@
 #include "common/base64.h"
 #include "common/json_text.h"
 #include "common/time_format.h"
+#include "engine/spec_codec.h"
 #include "engine/spec_json.h"
 #include "engine/timer_key.h"
 

@@ -5,6 +5,7 @@
 #include "common/json_text.h"
 #include "common/json_writer.h"
 #include "common/time_format.h"
+#include "engine/spec_codec.h"
 #include "engine/spec_json.h"
 #include "http/api.h"
 #include "http/api_util.h"

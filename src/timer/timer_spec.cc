@@ -5,7 +5,7 @@
 #include "common/base64.h"
 #include "common/json_dump.h"
 #include "common/json_text.h"
-#include "engine/spec_json.h"
+#include "engine/spec_codec.h"
 
 namespace delayd::timer {
 
