@@ -1,6 +1,7 @@
 // PgStore: the Store on PostgreSQL (libpq). The schema is created and
 // migrated on open (pg_schema.h); every table of jobs and timers carries a
-// shard number (doc/store.md).
+// shard number (doc/store.md). Its SQL is in pg_statements.h, its rows'
+// layout and readers in pg_rows.h.
 //
 // Threads and connections, each connection used by one thread only:
 //   - the CommitQueue's writer commits each batch in one transaction with

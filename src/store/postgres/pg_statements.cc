@@ -1,0 +1,308 @@
+#include "store/postgres/pg_statements.h"
+
+#include <fmt/format.h>
+
+#include <iterator>
+#include <string_view>
+
+#include "store/job_record.h"
+#include "store/postgres/pg_rows.h"
+
+namespace delayd::store::pg {
+namespace {
+
+// Done jobs removed per purge statement, so a purge never holds the writer long.
+constexpr int64_t kPurgeChunk = 20'000;
+
+// "a, b" as "t.a, t.b".
+std::string Qualified(std::string_view columns, std::string_view table) {
+  std::string out;
+  while (!columns.empty()) {
+    const size_t comma = columns.find(", ");
+    if (!out.empty()) out += ", ";
+    fmt::format_to(std::back_inserter(out), "{}.{}", table, columns.substr(0, comma));
+    columns = comma == std::string_view::npos ? std::string_view() : columns.substr(comma + 2);
+  }
+  return out;
+}
+
+// The lease rows a fenced write locks (FOR KEY SHARE, until it commits)
+// and requires: every shard of $1 held by node $2 at the epoch of the same
+// index of $3 (`h.held`: all of them, else the write changes nothing). A
+// new owner's take of a shard locks its row FOR UPDATE, which conflicts, so
+// it passes the shard by until the write commits, and a write after the
+// take finds no such row. The owner's own renewal (FOR NO KEY UPDATE, of
+// expires_at) does not conflict: with FOR SHARE each renewal waited for the
+// batch in flight and the next batch queued behind the renewal, stalling
+// the writer for up to seconds under load. The write's statement then
+// reports one row when every fence held (none: refused) and announces the
+// tubes it made ready. One statement serves every shard an owner holds:
+// one per shard cost the writer a statement per due job, since jobs due
+// within a millisecond rarely share one of 256 shards (doc/cluster.md).
+constexpr const char* kFence =
+    "WITH f AS (SELECT shard FROM shard_leases WHERE owner=$2 AND (shard, epoch) IN (SELECT * "
+    "FROM unnest($1::int8[], $3::int8[])) FOR KEY SHARE), h AS (SELECT count(*) = "
+    "cardinality($1::int8[]) AS held FROM f), ";
+// The notices of the rows `p` made ready (those of `p`'s rows that `ready`,
+// a condition on them, holds for); the statement that follows names `n`
+// and `m`, which PostgreSQL evaluates only if named.
+std::string ReadyNotices(const char* ready) {
+  return fmt::format(
+      ", n AS (SELECT pg_notify('delayd_ready', t.tube) FROM (SELECT DISTINCT tube FROM p WHERE "
+      "push=0 AND {0}) t), m AS (SELECT pg_notify('delayd_push', t.shard || ' ' || t.tube) FROM "
+      "(SELECT DISTINCT shard, tube FROM p WHERE push=1 AND {0}) t) ",
+      ready);
+}
+constexpr const char* kNoticesSent = "(SELECT count(*) FROM n) + (SELECT count(*) FROM m) >= 0";
+const std::string kFenceEnd =
+    ReadyNotices("true") + fmt::format("SELECT 1 FROM h WHERE held AND {}", kNoticesSent);
+
+// The promotion (change::PromoteDue). $4, $5: each due job's shard and id;
+// $6: now; $7, $8: how many pull jobs of each tube to reserve for this
+// node's waiters (claim_for). `d` locks the due rows, each found by its
+// primary key: with `j.shard=ANY($1)` on the table rather than the array,
+// PostgreSQL 15's generic plan found each through jobs_due with only its
+// id, a scan of that whole index per job (0.7 ms a promotion of 3 jobs
+// among 50k delayed ones; bench/postgres's cost lines). `r` ranks them per
+// tube as a claim orders them (a window cannot share a SELECT with FOR
+// UPDATE, hence two steps) and marks `mine` the best of each tube waited
+// for and not paused. The statement returns the rows reserved, or, when
+// every fence held and none was, one row of NULLs: no row at all is the
+// refusal (kFence).
+std::string PromoteSql() {
+  return fmt::format(
+      "{}d AS (SELECT j.shard, j.id, j.tube, j.pri, j.push FROM jobs j JOIN unnest($4::int8[], "
+      "$5::int8[]) AS u(shard, id) ON (j.shard, j.id)=(u.shard, u.id) WHERE u.shard=ANY($1) "
+      "AND j.state=1 AND j.due_ms<=$6 AND (SELECT held FROM h) FOR UPDATE OF j), "
+      "w AS (SELECT t.tube, t.n FROM unnest($7::text[], $8::int8[]) AS t(tube, n) WHERE NOT "
+      "EXISTS (SELECT 1 FROM tubes z WHERE z.name=t.tube AND z.unpause_ms>$6)), "
+      "r AS (SELECT d.shard, d.id, d.push=0 AND w.n IS NOT NULL AND row_number() OVER (PARTITION "
+      "BY d.tube, d.push ORDER BY d.pri, d.id) <= w.n AS mine FROM d LEFT JOIN w ON "
+      "w.tube=d.tube), "
+      "p AS (UPDATE jobs j SET state=CASE WHEN r.mine THEN 4 ELSE 0 END, ver=j.ver+1, "
+      "reserved_by=CASE WHEN r.mine THEN $2 END, deadline_ms=CASE WHEN r.mine THEN $6+j.ttr_ms "
+      "END, reserves=j.reserves+CASE WHEN r.mine THEN 1 ELSE 0 END FROM r WHERE (j.shard, "
+      "j.id)=(r.shard, r.id) RETURNING r.mine, j.shard, {})"
+      "{}SELECT {} FROM h LEFT JOIN (SELECT * FROM p WHERE mine) q ON true WHERE h.held AND {}",
+      kFence, Qualified(kJobColumns, "j"), ReadyNotices("NOT mine"), Qualified(kJobColumns, "q"),
+      kNoticesSent);
+}
+
+// A claim: the best ready jobs of the tubes ($3), at most $4; per tube in
+// the claim order of its index, skipping rows another node is claiming,
+// then the best of those over all the tubes. A tube paused at $2 is left
+// out: a pause committed through any node holds every claim made after it.
+// Consumers claim pull jobs (`push` 0, jobs_ready) of any shard ($5 NULL);
+// an owner claims push jobs (`push` 1, jobs_push) of its shards.
+std::string ClaimSql(int push) {
+  return fmt::format(
+      "UPDATE jobs j SET state=4, ver=j.ver+1, reserved_by=$1, "
+      "deadline_ms=$2+j.ttr_ms, reserves=j.reserves+1 "
+      "FROM (SELECT c.shard, c.id FROM unnest($3::text[]) AS t(name) "
+      "CROSS JOIN LATERAL (SELECT shard, id, pri FROM jobs WHERE state=0 AND push={} AND "
+      "tube=t.name AND ($5::int8[] IS NULL OR shard=ANY($5)) AND NOT EXISTS (SELECT 1 FROM "
+      "tubes p WHERE p.name=t.name AND p.unpause_ms>$2) ORDER BY pri, id "
+      "LIMIT $4 FOR UPDATE SKIP LOCKED) c "
+      "ORDER BY c.pri, c.id LIMIT $4) w "
+      "WHERE j.shard=w.shard AND j.id=w.id RETURNING {}",
+      push, Qualified(kJobColumns, "j"));
+}
+
+}  // namespace
+
+std::string Select(const char* columns, const char* rest) {
+  return fmt::format("SELECT {} {}", columns, rest);
+}
+
+std::vector<Statement> Statements() {
+  const std::vector<Oid> job_types(std::begin(kJobTypes), std::end(kJobTypes));
+  std::vector<Oid> job_array_types;
+  for (Oid t : kJobTypes) {
+    job_array_types.push_back(t == kInt8   ? pg::kInt8Array
+                              : t == kText ? pg::kTextArray
+                                           : pg::kByteaArray);
+  }
+  // A change raises the row's version; $26, when not NULL, is the version
+  // the row must have (a guarded change).
+  std::vector<Oid> change_types = job_types;
+  change_types.insert(change_types.end(), {kText, kInt8, kInt8});
+  const char* update_set =
+      "pri=$4, state=$5, due_ms=$6, due_min=$7, delay_ms=$8, ttr_ms=$9, done_ms=$11, "
+      "reserves=$13, timeouts=$14, releases=$15, buries=$16, kicks=$17, "
+      "attempt_log=$20, last_error=$21, ver=ver+1, reserved_by=$24, deadline_ms=$25";
+  const char* guard = "($26::int8 IS NULL OR ver=$26)";
+  return {
+      // Many rows, each parameter an array of one column (Columns).
+      {"insert",
+       "INSERT INTO jobs (shard, id, tube, pri, state, due_ms, due_min, delay_ms, ttr_ms, "
+       "created_ms, done_ms, run_at_ms, reserves, timeouts, releases, buries, kicks, key, spec, "
+       "attempt_log, last_error, body, push) SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, "
+       "$8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
+       job_array_types},
+      // Every field but body, key and spec (JobFields, some unused).
+      {"update", fmt::format("UPDATE jobs SET {} WHERE id=$2 AND {}", update_set, guard),
+       change_types},
+      {"replace",
+       fmt::format("UPDATE jobs SET {}, shard=$1, tube=$3, run_at_ms=$12, key=$18, spec=$19, "
+                   "body=$22, push=$23 WHERE id=$2 AND {}",
+                   update_set, guard),
+       change_types},
+      {"delete", "DELETE FROM jobs WHERE id=$1 AND ($2::int8 IS NULL OR ver=$2)", {kInt8, kInt8}},
+      // Cluster mode: the fenced writes of a shard's owner (kFence).
+      {"promote",
+       PromoteSql(),
+       {pg::kInt8Array, kText, pg::kInt8Array, pg::kInt8Array, pg::kInt8Array, kInt8,
+        pg::kTextArray, pg::kInt8Array}},
+      // $4: reservations whose deadline is before it (jobs_held, per shard).
+      {"requeue",
+       fmt::format("{}p AS (UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, "
+                   "deadline_ms=NULL, timeouts=timeouts+1 WHERE shard=ANY($1) AND state=4 AND "
+                   "deadline_ms<$4 AND (SELECT held FROM h) RETURNING shard, tube, push){}",
+                   kFence, kFenceEnd),
+       {pg::kInt8Array, kText, pg::kInt8Array, kInt8}},
+      // Claims (ClaimSql).
+      {"claim", ClaimSql(0), {kText, kInt8, pg::kTextArray, kInt8, pg::kInt8Array}},
+      {"claim_push", ClaimSql(1), {kText, kInt8, pg::kTextArray, kInt8, pg::kInt8Array}},
+      // The tubes with ready push jobs in the shards $1: what a new owner
+      // claims for (jobs_push).
+      {"push_tubes",
+       "SELECT DISTINCT tube FROM jobs WHERE state=0 AND push=1 AND shard=ANY($1) ORDER BY tube",
+       {pg::kInt8Array}},
+      // An owner's load (DueQuery), on jobs_due: the window of every shard
+      // is scanned once for all the shards asked for.
+      {"due_of_shards",
+       "SELECT shard::int8, id, due_ms FROM jobs WHERE state=1 AND (due_min, id) > "
+       "($2, $3) AND due_min<=$4 AND shard=ANY($1) ORDER BY due_min, id LIMIT $5",
+       {pg::kInt8Array, kInt8, kInt8, kInt8, kInt8}},
+      // A block of $1 ids after every id handed out or stored.
+      {"take_ids",
+       "INSERT INTO meta (key, value) VALUES ('next_id', coalesce((SELECT max(id) FROM jobs), "
+       "0) + 1 + $1) ON CONFLICT (key) DO UPDATE SET value=greatest(meta.value, "
+       "coalesce((SELECT max(id) FROM jobs), 0) + 1) + $1 RETURNING value - $1",
+       {kInt8}},
+      // A notice on channel $1 per tube of $2.
+      {"notify_tubes",
+       "SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t",
+       {kText, pg::kTextArray}},
+      {"notify_due", "SELECT pg_notify('delayd_due', $1)", {kText}},
+      {"pause",
+       "INSERT INTO tubes (name, pause_ms, unpause_ms) VALUES ($1, $2, $3) ON CONFLICT (name) "
+       "DO UPDATE SET pause_ms=excluded.pause_ms, unpause_ms=excluded.unpause_ms",
+       {kText, kInt8, kInt8}},
+      {"settings",
+       "INSERT INTO tubes (name, pause_ms, unpause_ms, settings) VALUES ($1, 0, 0, $2) "
+       "ON CONFLICT (name) DO UPDATE SET settings=excluded.settings",
+       {kText, kBytea}},
+      {"purge",
+       fmt::format("DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state=3 AND "
+                   "done_ms<$1 ORDER BY done_ms LIMIT {})",
+                   kPurgeChunk),
+       {kInt8}},
+      {"set_next",
+       "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET "
+       "value=greatest(meta.value, excluded.value)",
+       {kText, kInt8}},
+      // The writer's commit number, under this node's key (SeqKeys).
+      {"set_seq",
+       "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET "
+       "value=excluded.value",
+       {kText, kInt8}},
+      {"timer_put",
+       "INSERT INTO timers (shard, id, name, definition, next_fire_ms, last_fire_ms, created_ms) "
+       "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (shard, id) DO UPDATE SET "
+       "name=excluded.name, definition=excluded.definition, next_fire_ms=excluded.next_fire_ms, "
+       "last_fire_ms=excluded.last_fire_ms",
+       {kInt8, kInt8, kBytea, kBytea, kInt8, kInt8, kInt8}},
+      {"timer_delete_fires",
+       "DELETE FROM timer_fires WHERE shard=$1 AND timer_id=$2",
+       {kInt8, kInt8}},
+      {"timer_delete", "DELETE FROM timers WHERE shard=$1 AND id=$2", {kInt8, kInt8}},
+      {"timer_advance",
+       "UPDATE timers SET next_fire_ms=$3, last_fire_ms=$4 WHERE shard=$1 AND id=$2",
+       {kInt8, kInt8, kInt8, kInt8}},
+      // Cluster mode: the lease an owner's write requires (as kFence), checked
+      // on its own before a write whose own failure must read differently (a
+      // timer's advance: the timer may be gone). A row when it holds.
+      {"fence",
+       "SELECT 1 FROM shard_leases WHERE shard=$1 AND owner=$2 AND epoch=$3 FOR KEY SHARE",
+       {kInt8, kText, kInt8}},
+      {"fire_insert",
+       "INSERT INTO timer_fires (shard, timer_id, fire_ms, job_id, outcome, at_ms) "
+       "VALUES ($1, $2, $3, $4, $5, $6)",
+       {kInt8, kInt8, kInt8, kInt8, kBytea, kInt8}},
+      {"fire_prune",
+       fmt::format("DELETE FROM timer_fires WHERE shard=$1 AND timer_id=$2 AND fire_ms < "
+                   "(SELECT fire_ms FROM timer_fires WHERE shard=$1 AND timer_id=$2 "
+                   "ORDER BY fire_ms DESC LIMIT 1 OFFSET {})",
+                   kTimerFiresKept - 1),
+       {kInt8, kInt8}},
+      // The syncer's commit: synchronous, and writing a row ($1), since only a
+      // transaction that wrote to the WAL waits for its flush. It reads the writer's
+      // latest visible commit number ($2).
+      {"sync",
+       "INSERT INTO meta (key, value) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET "
+       "value=meta.value+1 RETURNING coalesce((SELECT value FROM meta WHERE key=$2), 0)",
+       {kText, kText}},
+      {"get", Select(kJobColumns, "FROM jobs WHERE id=$1"), {kInt8}},
+      // The lease rows a batch's fenced writes will lock, locked first and
+      // in shard order, as a lease round locks its own (pg_leases.cc): two
+      // transactions that lock rows in one order never deadlock.
+      {"lock_leases",
+       "SELECT shard FROM shard_leases WHERE shard=ANY($1) ORDER BY shard FOR KEY SHARE",
+       {pg::kInt8Array}},
+      {"best_ready",
+       Select(kJobColumns,
+              "FROM jobs WHERE state=0 AND push=0 AND tube=$1 ORDER BY pri, id LIMIT 1"),
+       {kText}},
+      {"count_jobs",
+       "SELECT tube, count(*) FILTER (WHERE state=0), count(*) FILTER (WHERE state=0 AND "
+       "pri<1024), "
+       "count(*) FILTER (WHERE state=1), count(*) FILTER (WHERE state=4), "
+       "count(*) FILTER (WHERE state=2), coalesce(min(due_ms) FILTER (WHERE state=0), 0) "
+       "FROM jobs WHERE state<>3 AND ($1::text IS NULL OR tube=$1) GROUP BY tube ORDER BY tube",
+       {kText}},
+      {"tubes",
+       "SELECT name, pause_ms, unpause_ms, settings FROM tubes WHERE $1::text IS NULL OR name=$1",
+       {kText}},
+      {"get_by_key",
+       Select(kJobColumns, "FROM jobs WHERE shard=$1 AND tube=$2 AND key=$3"),
+       {kInt8, kText, kBytea}},
+      {"load_minute",
+       Select(kJobColumns, "FROM jobs WHERE state=1 AND due_min=$1 AND id>$2 ORDER BY id LIMIT $3"),
+       {kInt8, kInt8, kInt8}},
+      {"far_delayed",
+       Select(kJobColumns,
+              "FROM jobs WHERE state=1 AND due_min>$1 AND tube=$2 ORDER BY due_ms, id LIMIT $3"),
+       {kInt8, kText, kInt8}},
+      {"timer_get", Select(kTimerColumns, "FROM timers WHERE id=$1"), {kInt8}},
+      {"timer_by_name", Select(kTimerColumns, "FROM timers WHERE name=$1"), {kBytea}},
+      {"timers_list",
+       Select(kTimerColumns, "FROM timers WHERE id>$1 ORDER BY id LIMIT $2"),
+       {kInt8, kInt8}},
+      // $5: the shards of an owner; NULL: every shard.
+      {"timers_due",
+       Select(kTimerColumns,
+              "FROM timers WHERE next_fire_ms>0 AND next_fire_ms<$3 AND (next_fire_ms, id) > "
+              "($1, $2) AND ($5::int8[] IS NULL OR shard=ANY($5)) ORDER BY next_fire_ms, id "
+              "LIMIT $4"),
+       {kInt8, kInt8, kInt8, kInt8, pg::kInt8Array}},
+      // A timer id no node was handed: after every stored one, and raised
+      // for the next (a timer's put raises it too, in its batch).
+      {"take_timer_id",
+       "INSERT INTO meta (key, value) VALUES ('next_timer_id', coalesce((SELECT max(id) FROM "
+       "timers), 0) + 2) ON CONFLICT (key) DO UPDATE SET value=greatest(meta.value, "
+       "coalesce((SELECT max(id) FROM timers), 0) + 1) + 1 RETURNING value - 1",
+       {}},
+      {"timer_fires",
+       "SELECT timer_id, fire_ms, job_id, outcome, at_ms FROM timer_fires WHERE shard=$1 AND "
+       "timer_id=$2 ORDER BY fire_ms DESC LIMIT $3",
+       {kInt8, kInt8, kInt8}},
+      {"commit_seq", "SELECT value FROM meta WHERE key=$1", {kText}},
+      {"next_timer_id",
+       "SELECT greatest(coalesce((SELECT value FROM meta WHERE key='next_timer_id'), 1), "
+       "coalesce((SELECT max(id) FROM timers), 0) + 1)",
+       {}},
+  };
+}
+
+}  // namespace delayd::store::pg
