@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <type_traits>
 
 #include "common/json_text.h"
 
@@ -27,44 +28,31 @@ class Reader {
     auto it = j_.find(key);
     return it == j_.end() ? kNull : *it;
   }
-  void Get(const char* key, std::string& out) const {
+  // Into `out` when of its type (integers clamped to its range: what was
+  // written fits); else `out` keeps its default, logged.
+  template <typename T>
+  void Get(const char* key, T& out) const {
     const json& v = (*this)[key];
-    if (v.is_string()) {
-      out = v.get<std::string>();
-    } else if (!v.is_null()) {
-      Unreadable(key);
+    if (v.is_null()) return;
+    bool read = false;
+    if constexpr (std::is_same_v<T, std::string>) {
+      if ((read = v.is_string())) out = v.get<std::string>();
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if ((read = v.is_boolean())) out = v.get<bool>();
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if ((read = v.is_number())) out = v.get<T>();
+    } else {
+      constexpr uint64_t kMax = std::min<uint64_t>(std::numeric_limits<T>::max(), INT64_MAX);
+      if (v.is_number_unsigned()) {
+        out = static_cast<T>(std::min(v.get<uint64_t>(), kMax));
+        read = true;
+      } else if (v.is_number_integer()) {
+        out = static_cast<T>(std::clamp<int64_t>(v.get<int64_t>(), std::numeric_limits<T>::min(),
+                                                 static_cast<int64_t>(kMax)));
+        read = true;
+      }
     }
-  }
-  void Get(const char* key, bool& out) const {
-    const json& v = (*this)[key];
-    if (v.is_boolean()) {
-      out = v.get<bool>();
-    } else if (!v.is_null()) {
-      Unreadable(key);
-    }
-  }
-  void Get(const char* key, double& out) const {
-    const json& v = (*this)[key];
-    if (v.is_number()) {
-      out = v.get<double>();
-    } else if (!v.is_null()) {
-      Unreadable(key);
-    }
-  }
-  // Integers, clamped to the field's range (what was written fits).
-  template <typename Int>
-  void Get(const char* key, Int& out) const {
-    const json& v = (*this)[key];
-    if (v.is_number_unsigned()) {
-      out =
-          static_cast<Int>(std::min<uint64_t>(v.get<uint64_t>(), std::numeric_limits<Int>::max()));
-    } else if (v.is_number_integer()) {
-      out = static_cast<Int>(std::clamp<int64_t>(
-          v.get<int64_t>(), std::numeric_limits<Int>::min(),
-          static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<Int>::max(), INT64_MAX))));
-    } else if (!v.is_null()) {
-      Unreadable(key);
-    }
+    if (!read) Unreadable(key);
   }
   void Unreadable(std::string_view key) const {
     spdlog::error("store: {}.{} is unreadable; its default is used", what_, key);

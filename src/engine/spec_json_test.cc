@@ -9,30 +9,14 @@ using nlohmann::json;
 
 std::string FieldOf(const Status& s) { return s.ok() ? "(ok)" : s.field(); }
 
-TEST(SpecJsonTest, ATargetIsReadWithItsDefaultsAndWrittenBackTheSame) {
+TEST(SpecJsonTest, ATargetIsReadWithItsDefaults) {
   Result<Target> t =
       ParseTarget(json::parse(R"({"url": "https://hooks.example.com/a?b=1"})"), "target");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->url, "https://hooks.example.com/a?b=1");
   EXPECT_EQ(t->method, "POST");
+  EXPECT_EQ(t->headers.size(), 0u);
   EXPECT_EQ(t->timeout_ms, 10'000);
-
-  JobSpec spec;
-  spec.target = Target{"http://127.0.0.1:8080/x", "PUT", {{"X-Tenant", "acme"}}, 2500};
-  spec.retry = RetryPolicy{.max_attempts = 3, .initial_backoff_ms = 500, .jitter = false};
-  spec.encoding = BodyEncoding::kBase64;
-  std::shared_ptr<const JobSpec> back = DecodeSpec(EncodeSpec(spec));
-  ASSERT_TRUE(back && back->target && back->retry);
-  EXPECT_EQ(back->target->url, spec.target->url);
-  EXPECT_EQ(back->target->method, "PUT");
-  EXPECT_EQ(back->target->headers, spec.target->headers);
-  EXPECT_EQ(back->target->timeout_ms, 2500);
-  EXPECT_EQ(back->retry->max_attempts, 3u);
-  EXPECT_EQ(back->retry->initial_backoff_ms, 500);
-  EXPECT_FALSE(back->retry->jitter);
-  EXPECT_EQ(back->encoding, BodyEncoding::kBase64);
-  EXPECT_EQ(EncodeSpec(JobSpec{}), "") << "a plain job stores no spec";
-  EXPECT_EQ(DecodeSpec(""), nullptr);
 }
 
 TEST(SpecJsonTest, EachBadTargetFieldIsNamed) {
