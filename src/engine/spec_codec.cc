@@ -19,7 +19,9 @@ using nlohmann::json;
 // the default it overwrites and is logged, named by `what` and its key.
 class Reader {
  public:
-  Reader(const json& j, std::string what) : j_(j), what_(std::move(what)) {}
+  Reader(const json& j, std::string what) : j_(j), what_(std::move(what)) {
+    if (!j_.is_object()) Unreadable("(itself)");  // every member takes its default
+  }
 
   // The member `key`, or null when absent.
   const json& operator[](const char* key) const {
@@ -66,7 +68,6 @@ class Reader {
 Target ReadTarget(const json& j, const std::string& what) {
   Target t;
   Reader r(j, what);
-  if (!j.is_object()) r.Unreadable("(itself)");
   r.Get("url", t.url);
   r.Get("method", t.method);
   r.Get("timeout_ms", t.timeout_ms);
@@ -88,7 +89,6 @@ Target ReadTarget(const json& j, const std::string& what) {
 RetryPolicy ReadRetry(const json& j, const std::string& what) {
   RetryPolicy p;
   Reader r(j, what);
-  if (!j.is_object()) r.Unreadable("(itself)");
   r.Get("max_attempts", p.max_attempts);
   r.Get("initial_backoff_ms", p.initial_backoff_ms);
   r.Get("max_backoff_ms", p.max_backoff_ms);
