@@ -202,11 +202,6 @@ std::vector<Statement> Statements() {
        "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET "
        "value=greatest(meta.value, excluded.value)",
        {kText, kInt8}},
-      // The writer's commit number, under this node's key (SeqKeys).
-      {"set_seq",
-       "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET "
-       "value=excluded.value",
-       {kText, kInt8}},
       {"timer_put",
        "INSERT INTO timers (shard, id, name, definition, next_fire_ms, last_fire_ms, created_ms) "
        "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (shard, id) DO UPDATE SET "
@@ -239,10 +234,14 @@ std::vector<Statement> Statements() {
       // The syncer's commit: synchronous, and writing a row ($1), since only a
       // transaction that wrote to the WAL waits for its flush. It reads the writer's
       // latest visible commit number ($2).
+      // The syncer's commit, which must write to wait for the WAL's flush,
+      // and whether the writer's session ($2: its pid, $3: its start in µs)
+      // is still on this server (PgStore::Sync).
       {"sync",
        "INSERT INTO meta (key, value) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET "
-       "value=meta.value+1 RETURNING coalesce((SELECT value FROM meta WHERE key=$2), 0)",
-       {kText, kText}},
+       "value=meta.value+1 RETURNING (SELECT count(*) FROM pg_stat_activity WHERE pid=$2 AND "
+       "(extract(epoch FROM backend_start) * 1000000)::int8=$3)",
+       {kText, kInt8, kInt8}},
       {"get", Select(kJobColumns, "FROM jobs WHERE id=$1"), {kInt8}},
       // The lease rows a batch's fenced writes will lock, locked first and
       // in shard order, as a lease round locks its own (pg_leases.cc): two
@@ -297,7 +296,6 @@ std::vector<Statement> Statements() {
        "SELECT timer_id, fire_ms, job_id, outcome, at_ms FROM timer_fires WHERE shard=$1 AND "
        "timer_id=$2 ORDER BY fire_ms DESC LIMIT $3",
        {kInt8, kInt8, kInt8}},
-      {"commit_seq", "SELECT value FROM meta WHERE key=$1", {kText}},
       {"next_timer_id",
        "SELECT greatest(coalesce((SELECT value FROM meta WHERE key='next_timer_id'), 1), "
        "coalesce((SELECT max(id) FROM timers), 0) + 1)",

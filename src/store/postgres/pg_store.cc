@@ -105,6 +105,8 @@ class PgStore::Link {
   }
   // How many times this link connected.
   uint64_t connects() const { return connects_; }
+  // Its connection of now (of the last, when it is down).
+  Session session() const { return {connects_, pid_, start_us_}; }
 
  private:
   static constexpr std::chrono::milliseconds kFirstBackoff{50};
@@ -118,6 +120,15 @@ class PgStore::Link {
     // syncer's commit makes them durable (store/commit_queue.h).
     Status s = (*c)->Exec(durable_commits_ ? "SET synchronous_commit = on"
                                            : "SET synchronous_commit = off");
+    if (s.ok()) {
+      auto me = (*c)->Query(
+          "SELECT pid::int8, (extract(epoch FROM backend_start) * 1000000)::int8 FROM "
+          "pg_stat_activity WHERE pid = pg_backend_pid()");
+      if (!me.ok()) return me.status();
+      if (PQntuples(me->get()) != 1) return Status::IoError("postgres: no session of our own");
+      pid_ = static_cast<int>(pg::GetInt(me->get(), 0, 0));
+      start_us_ = pg::GetInt(me->get(), 0, 1);
+    }
     for (const Statement& st : Statements()) {
       if (!s.ok()) break;
       s = (*c)->Prepare(st.name, st.sql, st.types);
@@ -139,6 +150,8 @@ class PgStore::Link {
   std::chrono::steady_clock::time_point retry_at_{};
   std::string last_error_;
   uint64_t connects_ = 0;
+  int pid_ = 0;
+  int64_t start_us_ = 0;
 };
 
 // The statements of one batch in a pipeline: results are read at each
@@ -346,7 +359,6 @@ PgStore::PgStore(PgOptions options, Executor executor)
       // the reader lane, whose commits are durable.
       claims_(std::make_unique<Lane>(options_.conninfo, "claimer", false)),
       executor_(executor),
-      seq_key_(options_.node_id.empty() ? "commit_seq" : "commit_seq:" + options_.node_id),
       syncs_key_(options_.node_id.empty() ? "syncs" : "syncs:" + options_.node_id),
       queue_(*this, {.max_batch = options_.max_batch, .sync_delay_ms = options_.sync_delay_ms},
              std::move(executor)) {}
@@ -388,10 +400,8 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
     auto c = link->Get();
     if (!c.ok()) return c.status();
   }
-  auto seq = store->Read("commit_seq", Params().Bytes(store->seq_key_));
-  if (!seq.ok()) return seq.status();
-  store->commit_seq_ = PQntuples(seq->get()) ? pg::GetInt(seq->get(), 0, 0) : 0;
-  store->writer_connects_ = store->synced_writer_connects_ = store->writer_->connects();
+  store->set_writer_session(store->writer_->session());
+  store->synced_writer_connects_ = store->writer_->connects();
   store->owner_checked_connects_ = store->syncer_->connects();
   store->queue_.Start();
   store->reads_->Start();
@@ -434,31 +444,46 @@ void PgStore::SubmitAll(std::vector<Mutation> ms, Done done) {
 // it saw. That covers the writer's commits so far only if none of them was
 // lost meanwhile: a server that crashed before flushing them recovers
 // without them, and a sync on a new connection would then vouch for commits
-// that are gone. So each commit records its number (meta 'commit_seq', a row
-// per node in cluster mode); the sync reads it back, and fails unless it
-// sees the latest commit and the writer has stayed on one connection since
-// the last good sync (a new writer connection may mean a server that lost
-// what the old one committed). A failed sync fails the submissions it would
-// have answered; the engine then reads their jobs back from the store.
+// that are gone. A crash ends every session, though; so the sync also asks
+// whether the writer's session (its server process and that process's
+// start) is still on the server it reached, and fails unless it is and the
+// writer has stayed on that one connection since the last good sync (a new
+// writer connection may mean a server that lost what the old one
+// committed). A session that lives on the server the sync reached has seen
+// no crash of it since it began, so it lost nothing. A failed sync fails the
+// submissions it would have answered; the engine then reads their jobs back
+// from the store. (Until 2026-11-26 each batch wrote its number to `meta`
+// for the sync to read back: a statement and a row version a batch.)
 Status PgStore::Sync() {
-  const uint64_t writer_connects = writer_connects_.load();
-  const int64_t target = commit_seq_.load();
+  const Session writer = writer_session();
   auto c = syncer_->Get();
   if (!c.ok()) return c.status();
   if (Status s = KeepDatabase(); !s.ok()) return s;
-  auto r = (*c)->Run("sync", Params().Bytes(syncs_key_).Bytes(seq_key_));
+  auto r = (*c)->Run("sync", Params().Bytes(syncs_key_).Int(writer.pid).Int(writer.start_us));
   if (!r.ok()) return r.status();
-  const int64_t seen = pg::GetInt(r->get(), 0, 0);
+  const bool writer_here = pg::GetInt(r->get(), 0, 0) != 0;
+  const uint64_t connects_now = writer_session().connects;
   const bool same_writer =
-      writer_connects == writer_connects_.load() && writer_connects == synced_writer_connects_;
-  synced_writer_connects_ = writer_connects;
-  if (seen < target || !same_writer) {
+      writer.connects == connects_now && writer.connects == synced_writer_connects_;
+  synced_writer_connects_ = writer.connects;
+  if (!writer_here || !same_writer) {
     return Status::IoError(fmt::format(
-        "postgres: commits may have been lost by the server (latest seen {}, expected {}{}); "
-        "their writes are reported as failed",
-        seen, target, same_writer ? "" : ", the writer reconnected"));
+        "postgres: commits may have been lost by the server ({}); their writes are reported as "
+        "failed",
+        !writer_here ? fmt::format("the writer's session, process {}, is not on it", writer.pid)
+                     : "the writer reconnected"));
   }
   return Status::Ok();
+}
+
+PgStore::Session PgStore::writer_session() const {
+  std::lock_guard lock(writer_session_mu_);
+  return writer_session_;
+}
+
+void PgStore::set_writer_session(const Session& w) {
+  std::lock_guard lock(writer_session_mu_);
+  writer_session_ = w;
 }
 
 // What the store kept of a batch whose commit or sync failed, learned on a
@@ -567,7 +592,7 @@ Status PgStore::KeepDatabase() {
 Status PgStore::Commit(CommitQueue::Batch& batch) {
   auto c = writer_->Get();
   if (!c.ok()) return c.status();
-  writer_connects_ = writer_->connects();
+  if (writer_->connects() != writer_session().connects) set_writer_session(writer_->session());
   PgConn& conn = **c;
   Batcher b(conn);
   uint64_t max_id = 0;
@@ -807,9 +832,6 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
         due.begin() + static_cast<ptrdiff_t>(std::min(due.size(), i + kDuePerNotice))));
     b.Send("notify_due", Params().Bytes(payload));
   }
-  // This commit's number, for the syncer (Sync).
-  const int64_t seq = commit_seq_.load() + 1;
-  if (s.ok()) b.Send("set_seq", Params().Bytes(seq_key_).Int(seq));
   // A timer advanced that no longer exists fails its batch: known before COMMIT.
   if (s.ok() && b.checks_pending()) s = b.Flush();
   bool commit_sent = false;
@@ -834,7 +856,6 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
     return s;
   }
   if (max_id >= next_id_floor_) next_id_floor_ = max_id + 1;
-  commit_seq_ = seq;
   return Status::Ok();
 }
 

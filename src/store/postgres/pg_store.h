@@ -36,6 +36,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -159,18 +160,26 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   std::unique_ptr<Lane> reads_;          // every read
   std::unique_ptr<Lane> claims_;         // claims (cluster mode)
   Executor executor_;                    // where reads aside, claims and notices answer
-  // The meta rows of the writer's commit number and of the syncer's
-  // commits: this node's own, so that nodes never wait for each other's.
-  const std::string seq_key_;
+  // The meta row the syncer's commits write: this node's own, so that nodes
+  // never wait for each other's.
   const std::string syncs_key_;
   uint64_t next_id_floor_ = 0;  // writer thread: highest id committed + 1
   // The writer's server process when it last sent a COMMIT (Settle).
   std::atomic<int> committing_pid_{0};
   std::atomic<int> committing_port_{-1};  // its connection's local port
-  // The number of the writer's latest commit, and how often it connected
-  // (Sync says why).
-  std::atomic<int64_t> commit_seq_{0};
-  std::atomic<uint64_t> writer_connects_{0};
+  // A link's connection: its server process, and when that process started
+  // (µs since the epoch), which together name a session no restart of the
+  // server gives again; and how often the link had connected.
+  struct Session {
+    uint64_t connects = 0;
+    int pid = 0;
+    int64_t start_us = 0;
+  };
+  // The writer's session of its latest batch (Sync says why).
+  Session writer_session() const;
+  void set_writer_session(const Session& w);
+  mutable std::mutex writer_session_mu_;
+  Session writer_session_;               // guarded by writer_session_mu_
   uint64_t synced_writer_connects_ = 0;  // syncer thread: at the last sync
 
   std::unique_ptr<pg::PgListener> listener_;  // once Listen is called

@@ -302,6 +302,71 @@ TEST_F(PgStoreTest, AWriteInDoubtIsAnsweredAsTheServerHasIt) {
   EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id=" + std::to_string(id)), 1);
 }
 
+// A crash of the server ends every session, and may take asynchronous
+// commits that were not flushed yet; so a sync vouches for the writer's
+// commits only while the writer's session is still on the server it
+// reached (PgStore::Sync). Here the session ends between a batch's commit
+// and its sync (the sync waits on a row the test holds): the sync does not
+// vouch, and the put is answered as the server has it (kept).
+TEST_F(PgStoreTest, ASyncVouchesOnlyWhileTheWritersSessionIsOnTheServer) {
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(1))).ok());
+  EXPECT_FALSE((*s)->stats().failing);
+  PGconn* holder = PQconnectdb(db_.uri().c_str());
+  auto exec = [&](const char* sql) {
+    PGresult* r = PQexec(holder, sql);
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    return ok;
+  };
+  ASSERT_TRUE(exec("BEGIN"));
+  ASSERT_TRUE(exec("SELECT value FROM meta WHERE key='syncs' FOR UPDATE"));
+  auto wait_for = [&](const std::string& count_sql, int64_t want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (Query(count_sql) != want) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  };
+  bool syncer_waited = false;
+  bool writer_gone = false;
+  std::thread crash([&] {
+    syncer_waited = wait_for(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name='delayd-syncer' AND "
+        "wait_event_type='Lock' AND datname=current_database()",
+        1);
+    Query(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+        "application_name='delayd-writer' AND datname=current_database()");
+    writer_gone = wait_for(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name='delayd-writer' AND "
+        "datname=current_database()",
+        0);
+    exec("COMMIT");
+  });
+  const Status put = Apply(**s, Mutation::Insert(Job(2)));
+  crash.join();
+  PQfinish(holder);
+  ASSERT_TRUE(syncer_waited);
+  ASSERT_TRUE(writer_gone);
+  EXPECT_TRUE((*s)->stats().failing) << "the sync vouched for a session the server no longer has";
+  EXPECT_TRUE(put.ok()) << put.ToString();
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id=2"), 1);
+  // The writer learns at its next batch that its session is gone (that batch
+  // fails, as in AWriteInDoubtIsAnsweredAsTheServerHasIt); on its new
+  // connection it is vouched for again, after the first batch there.
+  Status later;
+  uint64_t id = 3;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    later = Apply(**s, Mutation::Insert(Job(id++)));
+  } while ((!later.ok() || (*s)->stats().failing) && std::chrono::steady_clock::now() < deadline);
+  EXPECT_TRUE(later.ok()) << later.ToString();
+  EXPECT_FALSE((*s)->stats().failing);
+}
+
 // One owner per database: a second single node, and a cluster node, are
 // refused while a single node holds it; cluster nodes share it, and keep a
 // single node out.
