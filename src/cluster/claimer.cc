@@ -210,7 +210,11 @@ void Claimer::Tick() {
   for (const std::string& key : due) {
     Group& g = groups_.at(key);
     g.retry_at_us = 0;
-    if (!g.claiming && !g.waiters.empty()) Claim(key);
+    if (held_) {
+      g.heard = true;  // as a notice: claimed for once released (Hold)
+    } else if (!g.claiming && !g.waiters.empty()) {
+      Claim(key);
+    }
   }
   Arm();
 }

@@ -106,10 +106,11 @@ class Claimer final : public engine::Claims {
   // of a group watching its tube, else kept as a busy group's spare, else
   // returned.
   void Take(std::vector<store::JobRecord> jobs);
-  // While held (a promotion sized by Wanted is in flight), a notice makes no
-  // claim: the promotion's answer may serve those waiters, and a claim made
-  // before it would take the jobs it left to others. Released, the groups
-  // that heard one claim, if they still wait. Call Take first.
+  // While held (a promotion sized by Wanted is in flight), neither a notice
+  // nor a claim whose time came (Tick) makes a claim: the promotion's answer
+  // may serve those waiters, and a claim made before it would take the jobs
+  // it left to others. Released, the groups that heard one (or whose claim
+  // came due) claim, if they still wait. Call Take first.
   void Hold(bool held);
   // Makes the claims that failed, and those of groups whose tubes' known
   // emptiness ran out, that are due.

@@ -232,6 +232,77 @@ TEST_F(ClaimerTest, AJobReadyWithoutANoticeReachesItsWaiterOnceTheTubesEmptiness
   EXPECT_EQ(a.claimer->stats().claims, claims + 1);
 }
 
+// A pause that runs out is not announced, and a claim finds a paused tube
+// empty: the engine says Resumed, and the tube's next waiter claims at once
+// instead of waiting out the known emptiness (an hour here).
+TEST_F(ClaimerTest, AResumedTubeIsClaimedFromAtOnce) {
+  TestNode& a = cluster_.Start(
+      "a", NodeParts{.claimer = true, .claimer_options = ClaimerOptions{.empty_ms = 3'600'000}});
+  ASSERT_TRUE(Put(a, Job(1, "p", Now() + 3'600'000)).ok());  // delayed: not claimable
+  std::vector<JobRecord> got;
+  auto wait = [&] { a.claimer->Wait({"p"}, [&](JobRecord j) { got.push_back(std::move(j)); }); };
+  wait();
+  ASSERT_TRUE(cluster_.Drive([&] { return a.claimer->stats().in_flight == 0; }));
+  const uint64_t claims = a.claimer->stats().claims;
+  // Ready with no notice, as a pause's end is.
+  ASSERT_TRUE(db_.Exec("UPDATE jobs SET state=0, due_ms=0 WHERE id=1"));
+  wait();  // known empty: no claim
+  EXPECT_EQ(a.claimer->stats().claims, claims);
+  a.claimer->Resumed("p");
+  wait();
+  EXPECT_EQ(a.claimer->stats().claims, claims + 1);
+  ASSERT_TRUE(cluster_.Drive([&] { return got.size() == 1; }));
+  EXPECT_EQ(got[0].id, 1u);
+  EXPECT_EQ(got[0].reserved_by, "a");
+}
+
+// While a promotion sized by Wanted is in flight (Hold), a notice makes no
+// claim: the promotion may serve the waiters, and a claim beside it would
+// take the jobs it leaves to other nodes. Released, a group that heard one
+// while it still waits claims.
+TEST_F(ClaimerTest, ANoticeHeardWhileHeldIsClaimedForOnRelease) {
+  // Known emptiness that outlasts the test: only the notice makes a claim.
+  TestNode& a = cluster_.Start(
+      "a", NodeParts{.claimer = true, .claimer_options = ClaimerOptions{.empty_ms = 3'600'000}});
+  TestNode& b = Start("b");
+  std::vector<JobRecord> got;
+  a.claimer->Wait({"h"}, [&](JobRecord j) { got.push_back(std::move(j)); });
+  ASSERT_TRUE(cluster_.Drive([&] { return a.claimer->stats().in_flight == 0; }));
+  const uint64_t claims = a.claimer->stats().claims;
+  a.claimer->Hold(true);
+  const uint64_t heard = a.notices;
+  ASSERT_TRUE(Put(b, Job(1, "h")).ok());
+  ASSERT_TRUE(cluster_.Drive([&] { return a.notices > heard; }));  // job 1's ready notice
+  ASSERT_TRUE(cluster_.Drive([&] { return a.claimer->stats().in_flight == 0; }));
+  EXPECT_EQ(a.claimer->stats().claims, claims);
+  EXPECT_TRUE(got.empty());
+  a.claimer->Hold(false);
+  ASSERT_TRUE(cluster_.Drive([&] { return got.size() == 1; }));
+  EXPECT_EQ(got[0].id, 1u);
+  EXPECT_EQ(a.claimer->stats().claims, claims + 1);
+}
+
+// The same for a claim that comes due while held (known emptiness ran out):
+// it waits for the release.
+TEST_F(ClaimerTest, AClaimDueWhileHeldWaitsForTheRelease) {
+  TestNode& a = cluster_.Start(
+      "a", NodeParts{.claimer = true, .claimer_options = ClaimerOptions{.empty_ms = 100}});
+  ASSERT_TRUE(Put(a, Job(1, "q", Now() + 3'600'000)).ok());  // delayed: not claimable
+  std::vector<JobRecord> got;
+  a.claimer->Wait({"q"}, [&](JobRecord j) { got.push_back(std::move(j)); });
+  ASSERT_TRUE(cluster_.Drive([&] { return a.claimer->stats().in_flight == 0; }));
+  a.claimer->Hold(true);
+  const uint64_t claims = a.claimer->stats().claims;
+  ASSERT_TRUE(db_.Exec("UPDATE jobs SET state=0, due_ms=0 WHERE id=1"));  // no notice
+  // Three times the known emptiness, ticking: no claim while held.
+  EXPECT_FALSE(cluster_.Drive([&] { return !got.empty(); }, std::chrono::milliseconds(300)));
+  EXPECT_EQ(a.claimer->stats().claims, claims);
+  a.claimer->Hold(false);
+  ASSERT_TRUE(cluster_.Drive([&] { return got.size() == 1; }));
+  EXPECT_EQ(got[0].id, 1u);
+  EXPECT_EQ(a.claimer->stats().claims, claims + 1);
+}
+
 // Waiters get jobs of the tubes they watch only, best (priority, id) first.
 TEST_F(ClaimerTest, WaitersGetOnlyTheTubesTheyWatch) {
   TestNode& a = Start("a");

@@ -30,6 +30,7 @@ struct TestNode : store::testing::PgNode {
   int64_t clock_wake_us = INT64_MAX;
   int64_t claimer_wake_us = INT64_MAX;
   bool stalled = false;  // neither ticks nor renews (a SIGSTOP)
+  uint64_t notices = 0;  // store notices heard
 
   // One round of the leases; returns what it holds after it, which the
   // clock, if any, takes.
@@ -88,6 +89,7 @@ class TestCluster {
     if (n->clock && n->claimer) n->clock->ServeWaiters(n->claimer.get());
     if (parts.clock || parts.claimer) {
       Status s = n->store->Listen([n](std::vector<store::Notice> ns) {
+        n->notices += ns.size();
         if (n->clock) n->clock->Hear(ns);
         if (n->claimer) n->claimer->Hear(ns);
       });
