@@ -285,24 +285,27 @@ bool SharedHome::Refused(Job* j, const Status& s, const Done& done) {
 }
 
 // The change is answered once queued. Every node's writer commits what is
-// queued as soon as its batch in flight is done, so a change answered is
-// committed within about two commits (a few ms); a node that dies meanwhile
+// queued as soon as its batch in flight is done, or, when only such changes
+// are queued, within the store's linger (2 ms: the server's kHeldLingerUs)
+// so that they share a commit; a change answered is committed within about
+// that and two commits (a few ms); a node that dies meanwhile
 // leaves the job reserved by it, and the owners' sweep returns it after its
 // ttr (README, "Guarantees"). The job stays pinned in memory until the
 // commit, so this node's reads never see it as it was; a write refused
 // meanwhile (the reservation ran out and another node took the job) is
 // logged: the job is delivered again.
 void SharedHome::WriteHeld(Job* j, Mutation m, Done committed, Done reply) {
-  e_.Write(j, std::move(m), [this, id = j->id, committed = std::move(committed)](const Status& s) {
-    if (!s.ok()) {
-      ++held_write_failures_;
-      spdlog::warn(
-          "job {}: a change answered before its commit failed; it will be delivered "
-          "again: {}",
-          id, s.ToString());
-    }
-    if (committed) committed(s);
-  });
+  e_.Write(j, std::move(m).Lingering(),
+           [this, id = j->id, committed = std::move(committed)](const Status& s) {
+             if (!s.ok()) {
+               ++held_write_failures_;
+               spdlog::warn(
+                   "job {}: a change answered before its commit failed; it will be delivered "
+                   "again: {}",
+                   id, s.ToString());
+             }
+             if (committed) committed(s);
+           });
   reply(Status::Ok());
 }
 

@@ -27,6 +27,11 @@ namespace delayd::server {
 // every kDrainPollMs.
 constexpr int kDrainMs = 5000;
 constexpr int kDrainPollMs = 10;
+// Cluster mode: how long a node's writer waits for company for changes it
+// answered before their commit (a worker's delete, release, bury, touch:
+// SharedHome::WriteHeld), so that a serial consumer's deletes share
+// transactions. What a kill -9 can bring back grows by as much (README).
+constexpr int64_t kHeldLingerUs = 2000;
 
 namespace asio = boost::asio;
 
@@ -156,9 +161,9 @@ Status Server::OpenStore() {
         {.conninfo = config_.store,
          .sync_delay_ms = config_.sync_delay_ms,
          .node_id = node_id_,
-         .owner_name =
-             fmt::format("{} pid {}",
-                         node_id_.empty() ? DefaultNodeId(config_.beanstalk) : node_id_, getpid())},
+         .owner_name = fmt::format(
+             "{} pid {}", node_id_.empty() ? DefaultNodeId(config_.beanstalk) : node_id_, getpid()),
+         .linger_us = node_id_.empty() ? 0 : kHeldLingerUs},
         std::move(post));
     if (!store.ok()) return store.status();
     store_ = std::move(store).value();

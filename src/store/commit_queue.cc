@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iterator>
 #include <memory>
 #include <utility>
@@ -55,6 +56,7 @@ void CommitQueue::Enqueue(Submission s) {
       executor_([done = std::move(s.done)] { done(Status::Unavailable("store closed")); });
       return;
     }
+    if (!s.Lingers()) ++urgent_;
     queue_.push_back(std::move(s));
   }
   cv_.notify_one();
@@ -75,12 +77,20 @@ void CommitQueue::WriterLoop() {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything is applied
+      if (urgent_ == 0 && options_.linger_us > 0) {
+        cv_.wait_for(lock, std::chrono::microseconds(options_.linger_us), [&] {
+          return stopping_ || urgent_ > 0 || queue_.size() >= options_.max_batch;
+        });
+      }
       if (queue_.size() <= options_.max_batch) {
         batch.swap(queue_);
+        urgent_ = 0;
       } else {
         auto end = queue_.begin() + static_cast<std::ptrdiff_t>(options_.max_batch);
         batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(end));
         queue_.erase(queue_.begin(), end);
+        urgent_ = static_cast<size_t>(std::count_if(
+            queue_.begin(), queue_.end(), [](const Submission& s) { return !s.Lingers(); }));
       }
     }
     const auto started = std::chrono::steady_clock::now();
@@ -194,6 +204,12 @@ void CommitQueue::SettleAndComplete(Batch batch, const Status& failure, bool com
   }
   backend_.Settle(batch, commit_in_flight);
   Complete(std::move(batch), Status::Ok());  // each submission's own status
+}
+
+bool CommitQueue::Submission::Lingers() const {
+  bool all = true;
+  ForEach([&](const Mutation& m) { all = all && m.lingers; });
+  return all;
 }
 
 bool CommitQueue::Submission::MayConflict() const {

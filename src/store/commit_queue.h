@@ -10,6 +10,11 @@
 //     its commit;
 //   - every mutation kWritten: right after its commit, and the commit is
 //     synced at most sync_delay_ms later.
+// A batch whose every submission lingers (Mutation::lingers: answered by
+// its caller already) waits up to linger_us for more before it commits, and
+// commits at once when one that does not linger comes: under a trickle of
+// such changes (a serial consumer's deletes in cluster mode) a transaction
+// then carries several rather than one each.
 // A sync covers every commit before it, so a power cut loses a suffix of the
 // commits, never a hole.
 //
@@ -57,6 +62,8 @@ class CommitQueue {
     // savepoint when it shares a batch, so that it fails without the rest,
     // unless it is checked in one statement (below).
     bool MayConflict() const;
+    // Whether each of its mutations lingers (Mutation::lingers).
+    bool Lingers() const;
     // Whether it is one change whose check is made in the one statement that
     // applies it, so that failing the check changes nothing: a guarded update
     // or delete of a job, or a fenced write. Its failure shows in the rows
@@ -97,7 +104,8 @@ class CommitQueue {
     // The longest a commit of only kWritten mutations waits for its sync; 0
     // syncs every batch before any of its callbacks (every mutation kSynced).
     int64_t sync_delay_ms = kDefaultSyncDelayMs;
-    int writer_nice = 0;  // CPU priority of the writer thread, relative to the process
+    int writer_nice = 0;    // CPU priority of the writer thread, relative to the process
+    int64_t linger_us = 0;  // the longest a batch of lingering submissions waits for more
   };
 
   CommitQueue(Backend& backend, Options options, Executor executor);
@@ -130,6 +138,7 @@ class CommitQueue {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Batch queue_;                  // guarded by mu_
+  size_t urgent_ = 0;            // guarded by mu_: submissions in queue_ that do not linger
   bool stopping_ = false;        // guarded by mu_
   StoreStats stats_;             // guarded by mu_; the rest is filled by stats()
   bool commit_failing_ = false;  // guarded by mu_: the last commit failed

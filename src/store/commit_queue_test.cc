@@ -141,11 +141,13 @@ class CommitQueueTest : public ::testing::Test {
   }
 
   // Submits mutation `id` and records its answer.
-  void Put(uint64_t id, Durability d = Durability::kSynced) {
+  void Put(uint64_t id, Durability d = Durability::kSynced, bool lingers = false) {
     Mutation m = Mutation::Delete(id);
     m.durability = d;
+    m.lingers = lingers;
     queue_->Submit(std::move(m), Answer(id));
   }
+  void PutLingering(uint64_t id) { Put(id, Durability::kWritten, true); }
   Store::Done Answer(uint64_t id) {
     return [this, id](const Status& s) {
       std::lock_guard lock(mu_);
@@ -154,10 +156,10 @@ class CommitQueueTest : public ::testing::Test {
       cv_.notify_all();
     };
   }
-  // Waits up to 10 s for `pred`, checked whenever an answer comes and every 5 ms.
+  // Waits up to `limit` for `pred`, checked whenever an answer comes and every 5 ms.
   template <typename Pred>
-  bool WaitFor(Pred pred) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool WaitFor(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
     std::unique_lock lock(mu_);
     while (!pred()) {
       if (std::chrono::steady_clock::now() >= deadline) return false;
@@ -223,6 +225,42 @@ TEST_F(CommitQueueTest, ASyncedChangeIsNotHeldByTheDelayOfAnEarlierWrittenOne) {
   ASSERT_TRUE(WaitFor([&] { return answers_.contains(2); }))
       << "a synced change waited for the written one's sync delay";
   EXPECT_EQ(backend_.synced(), 2) << "one sync covers both commits";
+}
+
+// Changes answered before their commit (Mutation::lingers) wait up to the
+// linger for company; one that does not linger ends the wait, as do a full
+// batch and Close.
+TEST_F(CommitQueueTest, LingeringChangesWaitForCompanyUntilOneThatDoesNotComes) {
+  Make({.max_batch = 3, .linger_us = 60'000'000});
+  queue_->Start();
+  PutLingering(1);
+  PutLingering(2);
+  // A minute's linger: nothing commits for now.
+  EXPECT_FALSE(WaitFor([&] { return backend_.committed() > 0; }, std::chrono::milliseconds(100)));
+  Put(3, Durability::kWritten);  // does not linger: all three commit at once, together
+  ASSERT_TRUE(WaitFor([&] { return answers_.size() == 3; }));
+  EXPECT_EQ(backend_.batches(), (std::vector<std::vector<uint64_t>>{{1, 2, 3}}));
+  // A full batch does not wait either.
+  PutLingering(4);
+  PutLingering(5);
+  PutLingering(6);
+  ASSERT_TRUE(WaitFor([&] { return answers_.size() == 6; }));
+  EXPECT_EQ(backend_.batches().back(), (std::vector<uint64_t>{4, 5, 6}));
+  // Nor does Close.
+  PutLingering(7);
+  queue_->Close();
+  EXPECT_TRUE(AnswerOf(7).ok());
+  EXPECT_EQ(backend_.batches().back(), (std::vector<uint64_t>{7}));
+}
+
+TEST_F(CommitQueueTest, ALingeringChangeAloneCommitsOnceTheLingerRunsOut) {
+  Make({.linger_us = 20'000});
+  queue_->Start();
+  const auto put = std::chrono::steady_clock::now();
+  PutLingering(1);
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(1); }));
+  EXPECT_GE(std::chrono::steady_clock::now() - put, std::chrono::milliseconds(20));
+  EXPECT_EQ(backend_.committed(), 1);
 }
 
 TEST_F(CommitQueueTest, WithNoSyncDelayEveryChangeWaitsForTheSync) {

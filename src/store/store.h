@@ -162,10 +162,18 @@ struct Mutation {
                               change::AdvanceTimer, change::PromoteDue, change::RequeueExpired>;
   Change change;
   Durability durability = Durability::kSynced;
+  // Answered by its caller before its commit, so its commit may wait a
+  // little (the store's linger) to be shared with more: nobody waits on it.
+  bool lingers = false;
 
   // This mutation, acknowledged once written rather than once synced.
   Mutation Written() && {
     durability = Durability::kWritten;
+    return std::move(*this);
+  }
+  // This mutation, whose commit may linger (above).
+  Mutation Lingering() && {
+    lingers = true;
     return std::move(*this);
   }
   // This change of an existing job, only if its row still has `version`

@@ -360,7 +360,10 @@ PgStore::PgStore(PgOptions options, Executor executor)
       claims_(std::make_unique<Lane>(options_.conninfo, "claimer", false)),
       executor_(executor),
       syncs_key_(options_.node_id.empty() ? "syncs" : "syncs:" + options_.node_id),
-      queue_(*this, {.max_batch = options_.max_batch, .sync_delay_ms = options_.sync_delay_ms},
+      queue_(*this,
+             {.max_batch = options_.max_batch,
+              .sync_delay_ms = options_.sync_delay_ms,
+              .linger_us = options_.linger_us},
              std::move(executor)) {}
 
 Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor executor) {

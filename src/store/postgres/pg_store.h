@@ -64,6 +64,9 @@ struct PgOptions {
   // Delayed jobs written due within this many ms of now are announced on
   // kDueChannel: their owner holds that far ahead on its clock.
   int64_t due_notice_ms = 60'000;
+  // The longest a batch of changes answered before their commit waits for
+  // more (CommitQueue::Options::linger_us).
+  int64_t linger_us = 0;
 };
 
 class PgStore final : public Store, public SharedQueue, private CommitQueue::Backend {
