@@ -197,10 +197,14 @@ TEST_F(SharedHomeTest, AReserveIsAClaimAndADeleteIsAnsweredOnceQueued) {
   EXPECT_EQ(engine_->jobs_in_memory(), 1u);  // held by this node's client
 
   std::optional<Status> deleted;
+  const uint64_t lingering = store_.lingering_submitted;
+  EXPECT_EQ(lingering, 0u);  // a put, answered after its commit, waits for nobody
   engine_->Delete(c_, id, [&](const Status& s) { deleted = s; });
   ASSERT_TRUE(deleted.has_value());  // answered before the commit...
   EXPECT_TRUE(deleted->ok());
   EXPECT_NE(Stored(id), nullptr);  // ...which has not run yet
+  // ...and may wait for company in the writer (CommitQueue's linger).
+  EXPECT_EQ(store_.lingering_submitted, lingering + 1);
   work_.RunUntil([&] { return Stored(id) == nullptr; });
   EXPECT_EQ(engine_->jobs_in_memory(), 0u);
   EXPECT_EQ(engine_->held_write_failures(), 0u);

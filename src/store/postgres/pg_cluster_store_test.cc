@@ -3,6 +3,7 @@
 // to two nodes, guarded writes on row versions, the fenced writes of a
 // shard's owner refused once its lease moved, id blocks, and the notices
 // every node hears (doc/cluster.md).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -94,6 +95,14 @@ class ClusterStoreTest : public ::testing::Test {
     PQclear(r);
     PQfinish(c);
     return v;
+  }
+  // Runs `sql` (statements that return nothing) on a connection of its own.
+  void Exec(const std::string& sql) {
+    PGconn* c = PQconnectdb(db_.uri().c_str());
+    PGresult* r = PQexec(c, sql.c_str());
+    EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << sql << ": " << PQerrorMessage(c);
+    PQclear(r);
+    PQfinish(c);
   }
   // Rounds of `n` until it holds every shard (another node's leases ran
   // out), for at most 10 s.
@@ -420,6 +429,140 @@ TEST_F(ClusterStoreTest, TheQueueIsReadFromTheDatabase) {
   ASSERT_TRUE(y_row.ok());
   ASSERT_EQ(y_row->size(), 1u);
   EXPECT_EQ((*y_row)[0].settings, R"({"retry":{}})");
+}
+
+// What count_jobs answered before job_counts (migration 6): a count of
+// every row, the reference the kept counts must equal.
+std::vector<TubeCount> CountedFromTheTable(const std::string& uri) {
+  PGconn* c = PQconnectdb(uri.c_str());
+  PGresult* r = PQexec(
+      c,
+      "SELECT tube, count(*) FILTER (WHERE state=0), count(*) FILTER (WHERE state=0 AND "
+      "pri<1024), count(*) FILTER (WHERE state=1), count(*) FILTER (WHERE state=4), count(*) "
+      "FILTER (WHERE state=2), coalesce(min(due_ms) FILTER (WHERE state=0), 0) FROM jobs WHERE "
+      "state<>3 GROUP BY tube ORDER BY tube");
+  EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQerrorMessage(c);
+  std::vector<TubeCount> out;
+  for (int i = 0; i < PQntuples(r); ++i) {
+    auto n = [&](int col) { return std::stoull(PQgetvalue(r, i, col)); };
+    out.push_back(TubeCount{PQgetvalue(r, i, 0), n(1), n(2), n(3), n(4), n(5),
+                            std::stoll(PQgetvalue(r, i, 6))});
+  }
+  PQclear(r);
+  PQfinish(c);
+  return out;
+}
+
+std::string Describe(const std::vector<TubeCount>& counts) {
+  std::string out;
+  for (const TubeCount& t : counts) {
+    out +=
+        fmt::format("{}: ready {} urgent {} delayed {} reserved {} buried {} oldest {}; ", t.tube,
+                    t.ready, t.urgent, t.delayed, t.reserved, t.buried, t.oldest_ready_due_ms);
+  }
+  return out;
+}
+
+// The counts stats read are kept by the statements that change jobs, and
+// equal a count of the table after every kind of change: inserts of each
+// state, claims, promotions (some reserved for waiters), requeues,
+// guarded updates and deletes (refused ones too), a replace that moves a
+// job to another tube, SQL typed by hand, and a transaction rolled back.
+TEST_F(ClusterStoreTest, KeptCountsEqualACountOfTheTableAfterEveryKindOfChange) {
+  auto a = Start("a");
+  auto b = Start("b");
+  a->Round();
+  ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards));
+  std::vector<change::Fence> fences;
+  for (int shard = 0; shard < kShards; ++shard) fences.push_back(a->Fence(shard));
+  auto same = [&](const char* step) {
+    auto kept = b->store->CountJobs(std::nullopt);
+    ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+    EXPECT_EQ(Describe(*kept), Describe(CountedFromTheTable(db_.uri()))) << "after " << step;
+  };
+
+  std::vector<Mutation> puts;
+  std::vector<change::DueJob> due;
+  for (uint64_t id = 1; id <= 60; ++id) {
+    const std::string tube = id % 3 == 0 ? "x" : id % 3 == 1 ? "y" : "z";
+    const StoredState state = id % 4 == 0   ? StoredState::kDelayed
+                              : id % 7 == 0 ? StoredState::kBuried
+                              : id == 5     ? StoredState::kDone
+                                            : StoredState::kReady;
+    JobRecord j = Job(id, tube, id % 2 ? 10 : 5000, state,
+                      state == StoredState::kDelayed ? kNow - 100 + static_cast<int64_t>(id)
+                                                     : kNow - static_cast<int64_t>(id));
+    if (state == StoredState::kDelayed) due.push_back({a->store->ShardOf(j), id});
+    puts.push_back(Mutation::Insert(j));
+  }
+  for (const Status& s : ApplyEach(*b, std::move(puts))) ASSERT_TRUE(s.ok()) << s.ToString();
+  same("inserts");
+
+  ASSERT_EQ(Claim(*a, {"x", "y"}, 7).size(), 7u);
+  same("a claim");
+  ASSERT_TRUE(Apply(*a, Mutation::Promote(fences, due, kNow, {{"x", 2}}, nullptr)).ok());
+  same("a promotion reserving for waiters");
+  ASSERT_TRUE(Apply(*a, Mutation::Requeue(fences, kNow + 60'000)).ok());
+  same("a requeue of every reservation");
+
+  const std::vector<JobRecord> held = Claim(*b, {"y"}, 3);
+  ASSERT_EQ(held.size(), 3u);
+  JobRecord buried = held[0];
+  buried.state = StoredState::kBuried;
+  JobRecord stale = held[1];
+  stale.state = StoredState::kReady;
+  JobRecord moved = held[2];
+  moved.tube = "w";
+  moved.state = StoredState::kDelayed;
+  moved.due_ms = kNow + 60'000;
+  auto statuses = ApplyEach(*b, {Mutation::Update(buried).IfVersion(held[0].version),
+                                 Mutation::Update(stale).IfVersion(held[1].version + 9),
+                                 Mutation::Replace(moved).IfVersion(held[2].version),
+                                 Mutation::Delete(held[1].id).IfVersion(held[1].version + 9),
+                                 Mutation::Delete(1), Mutation::Delete(2), Mutation::Delete(999)});
+  EXPECT_TRUE(statuses[0].ok());
+  EXPECT_EQ(statuses[1].code(), StatusCode::kConflict);
+  EXPECT_TRUE(statuses[2].ok());
+  EXPECT_EQ(statuses[3].code(), StatusCode::kConflict);
+  same("guarded updates, a replace into another tube, and deletes");
+
+  Exec(
+      "UPDATE jobs SET state=2 WHERE id IN (SELECT id FROM jobs WHERE tube='z' AND state=0 "
+      "ORDER BY id LIMIT 2)");
+  Exec("DELETE FROM jobs WHERE tube='x' AND state=1");
+  Exec("UPDATE jobs SET pri=1 WHERE tube='y' AND state=0");
+  same("statements typed by hand");
+  Exec("BEGIN; DELETE FROM jobs; ROLLBACK");
+  same("a transaction rolled back");
+}
+
+// The rows of sessions that ended are folded into one set, so the table
+// stays as small as the live sessions keep it, and no count changes: the
+// first CountJobs of a store folds them; tubes whose counts are all zero
+// leave no row.
+TEST_F(ClusterStoreTest, CountsOfEndedSessionsAreFoldedAndKeepTheirSums) {
+  auto a = Start("a");
+  for (uint64_t id = 1; id <= 20; ++id) {
+    ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(id, id % 2 ? "kept" : "gone"))).ok());
+  }
+  for (uint64_t id = 2; id <= 20; id += 2) ASSERT_TRUE(Apply(*a, Mutation::Delete(id)).ok());
+  ASSERT_NE(Query("SELECT count(*) FROM job_counts WHERE slot <> ''"), "0");
+  a.reset();
+  // Until the server has let a's sessions go.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (Query("SELECT count(*) FROM job_counts c WHERE EXISTS (SELECT 1 FROM pg_stat_activity "
+               "s WHERE delayd_session(s.pid, s.backend_start) = c.slot)") != "0") {
+    ASSERT_LT(Clock::now(), deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto b = Start("b");
+  auto counts = b->store->CountJobs(std::nullopt);
+  ASSERT_TRUE(counts.ok()) << counts.status().ToString();
+  EXPECT_EQ(Describe(*counts), Describe(CountedFromTheTable(db_.uri())));
+  ASSERT_EQ(counts->size(), 1u);
+  EXPECT_EQ((*counts)[0].ready, 10u);
+  EXPECT_EQ(Query("SELECT count(*) FROM job_counts WHERE slot <> ''"), "0");
+  EXPECT_EQ(Query("SELECT count(*) FROM job_counts WHERE tube = 'gone'"), "0");
 }
 
 // A change guarded by a version the row no longer has fails alone, changes

@@ -131,6 +131,108 @@ CREATE INDEX jobs_push ON jobs (tube, pri, id) WHERE state = 0 AND push = 1;
 CREATE INDEX jobs_buried ON jobs (id) WHERE state = 2;
 CREATE INDEX jobs_erred ON jobs (id) WHERE last_error IS NOT NULL;
 )sql",
+    // Version 6: the jobs of each tube and state, kept by the statements
+    // that change them, so that stats never count the jobs table
+    // (doc/cluster.md, "Counts"). A statement-level trigger adds what each
+    // statement changed to the rows of its own session (`slot`): no two
+    // sessions write one row, so counting never waits on a lock or
+    // deadlocks, and a rolled-back or lost transaction takes its deltas
+    // with it. The counts are the sums over the slots; delayd_fold_counts
+    // folds the rows of ended sessions into slot ''. Done jobs (state 3)
+    // are not counted; `urgent`: ready with a priority below 1024.
+    R"sql(
+CREATE TABLE job_counts (
+  slot   text     NOT NULL,
+  tube   text     NOT NULL,
+  state  smallint NOT NULL,
+  urgent boolean  NOT NULL,
+  n      bigint   NOT NULL,
+  PRIMARY KEY (slot, tube, state, urgent)
+);
+CREATE FUNCTION delayd_session(pid integer, started timestamptz) RETURNS text
+  LANGUAGE sql IMMUTABLE AS $f$
+  SELECT pid::text || '/' || (extract(epoch FROM started) * 1000000)::int8::text
+$f$;
+CREATE FUNCTION delayd_count_jobs() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE
+  s text := current_setting('delayd.count_slot', true);
+  tubes text[];
+  states smallint[];
+  urgents boolean[];
+  ns bigint[];
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    SELECT array_agg(tube), array_agg(state), array_agg(urgent), array_agg(n)
+      INTO tubes, states, urgents, ns FROM (
+        SELECT tube, state, state = 0 AND pri < 1024 AS urgent, count(*) AS n FROM new_rows
+        WHERE state <> 3 GROUP BY 1, 2, 3) d;
+  ELSIF TG_OP = 'DELETE' THEN
+    SELECT array_agg(tube), array_agg(state), array_agg(urgent), array_agg(n)
+      INTO tubes, states, urgents, ns FROM (
+        SELECT tube, state, state = 0 AND pri < 1024 AS urgent, -count(*) AS n FROM old_rows
+        WHERE state <> 3 GROUP BY 1, 2, 3) d;
+  ELSE
+    SELECT array_agg(tube), array_agg(state), array_agg(urgent), array_agg(n)
+      INTO tubes, states, urgents, ns FROM (
+        SELECT tube, state, urgent, sum(x) AS n FROM (
+          SELECT tube, state, state = 0 AND pri < 1024 AS urgent, 1 AS x FROM new_rows
+          UNION ALL
+          SELECT tube, state, state = 0 AND pri < 1024, -1 FROM old_rows) c
+        WHERE state <> 3 GROUP BY 1, 2, 3 HAVING sum(x) <> 0) d;
+  END IF;
+  IF tubes IS NULL THEN
+    RETURN NULL;
+  END IF;
+  IF s IS NULL OR s = '' THEN
+    SELECT delayd_session(a.pid, a.backend_start) INTO s FROM pg_stat_activity a
+      WHERE a.pid = pg_backend_pid();
+    PERFORM set_config('delayd.count_slot', s, false);
+  END IF;
+  -- An update of the rows there are, then an insert of the rest: an
+  -- upsert alone also writes a lock record per row (half again the WAL).
+  WITH d AS (SELECT * FROM unnest(tubes, states, urgents, ns) AS d(tube, state, urgent, n)),
+  u AS (UPDATE job_counts c SET n = c.n + d.n FROM d
+        WHERE (c.slot, c.tube, c.state, c.urgent) = (s, d.tube, d.state, d.urgent)
+        RETURNING c.tube, c.state, c.urgent)
+  INSERT INTO job_counts AS c
+    SELECT s, d.tube, d.state, d.urgent, d.n FROM d WHERE NOT EXISTS (
+      SELECT 1 FROM u WHERE (u.tube, u.state, u.urgent) = (d.tube, d.state, d.urgent))
+    ON CONFLICT (slot, tube, state, urgent) DO UPDATE SET n = c.n + excluded.n;
+  RETURN NULL;
+END
+$f$;
+CREATE TRIGGER job_counts_insert AFTER INSERT ON jobs REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION delayd_count_jobs();
+CREATE TRIGGER job_counts_update AFTER UPDATE ON jobs
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION delayd_count_jobs();
+CREATE TRIGGER job_counts_delete AFTER DELETE ON jobs REFERENCING OLD TABLE AS old_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION delayd_count_jobs();
+CREATE FUNCTION delayd_fold_counts() RETURNS void LANGUAGE plpgsql AS $f$
+BEGIN
+  -- One fold at a time ("delayd" 2; Migrate's lock is "delayd" 1).
+  IF NOT pg_try_advisory_xact_lock(7234307542344794114) THEN
+    RETURN;
+  END IF;
+  -- A row locked is a session's that is still writing (whatever
+  -- pg_stat_activity shows a role that may not see it): left for the next
+  -- fold, so that a fold never waits for a session, nor deadlocks with one.
+  WITH gone AS (
+    DELETE FROM job_counts c WHERE c.ctid IN (
+      SELECT ctid FROM job_counts o WHERE o.slot <> '' AND NOT EXISTS (
+        SELECT 1 FROM pg_stat_activity a WHERE delayd_session(a.pid, a.backend_start) = o.slot)
+      FOR UPDATE SKIP LOCKED)
+    RETURNING tube, state, urgent, n)
+  INSERT INTO job_counts AS c
+    SELECT '', tube, state, urgent, sum(n) FROM gone GROUP BY 2, 3, 4 ORDER BY 2, 3, 4
+    ON CONFLICT (slot, tube, state, urgent) DO UPDATE SET n = c.n + excluded.n;
+  DELETE FROM job_counts WHERE slot = '' AND n = 0;
+END
+$f$;
+INSERT INTO job_counts
+  SELECT '', tube, state, state = 0 AND pri < 1024, count(*) FROM jobs
+  WHERE state <> 3 GROUP BY 2, 3, 4;
+)sql",
 };
 
 // A fixed hash (FNV-1a, 64 bits): shards are stored, so it never changes.

@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 
 #include "common/overloaded.h"
@@ -156,7 +157,10 @@ class PgStore::Link {
 
 // The statements of one batch in a pipeline: results are read at each
 // Flush (and every kPipelineDepth statements), in order. Consecutive
-// inserts become one statement of up to kInsertRows rows.
+// inserts become one statement of up to kInsertRows rows, and consecutive
+// deletes one of as many: every statement that changes jobs also runs the
+// job_counts trigger (pg_schema.cc), so fewer and larger ones cost the
+// server less.
 class PgStore::Batcher {
  public:
   explicit Batcher(PgConn& conn) : conn_(conn) {}
@@ -164,12 +168,33 @@ class PgStore::Batcher {
   // Queues a job row to insert.
   void Insert(const JobRecord& j, int shard) {
     if (!status_.ok()) return;
+    SendDeletes();
     if (!inserts_) inserts_.emplace();
     inserts_->Add(j, shard);
     if (inserts_->rows() >= kInsertRows) SendInserts();
   }
   // What a statement's rows are handed to, when it succeeds.
   using Rows = std::function<void(const PGresult*)>;
+  // Queues the delete of job `id`, only on its `version` when given. A
+  // guarded delete that finds no such row is refused into `*own` (as Send
+  // does), so the rest commit; with `own` null it fails the batch, and goes
+  // in a statement of its own so that its rows say which.
+  void Delete(uint64_t id, std::optional<uint64_t> version, const char* if_none, Status* own) {
+    if (!status_.ok()) return;
+    SendInserts();
+    if (version && own == nullptr) {
+      SendDeletes();
+      Deletes one;
+      one.Add(id, version, nullptr, nullptr);
+      Track(conn_.Send("delete", one.ToParams()),
+            {if_none, nullptr, StatusCode::kConflict, nullptr});
+      return;
+    }
+    if (deletes_ && deletes_->Has(id)) SendDeletes();  // each id once a statement
+    if (!deletes_) deletes_.emplace();
+    deletes_->Add(id, version, version ? if_none : nullptr, own);
+    if (deletes_->size() >= kInsertRows) SendDeletes();
+  }
   // Queues a statement. With `if_none`, changing (or returning) no row is a
   // `refused` status saying `if_none`: the submission's own failure when
   // `own` is given (the statement changed nothing, so the rest may commit),
@@ -177,11 +202,13 @@ class PgStore::Batcher {
   void Send(const char* name, const Params& p, const char* if_none = nullptr, Status* own = nullptr,
             StatusCode refused = StatusCode::kConflict, Rows rows = nullptr) {
     SendInserts();
+    SendDeletes();
     if (!status_.ok()) return;
     Track(conn_.Send(name, p), {if_none, own, refused, std::move(rows)});
   }
   void Sql(const char* sql) {
     SendInserts();
+    SendDeletes();
     if (!status_.ok()) return;
     Track(conn_.SendSql(sql), {nullptr, nullptr, StatusCode::kConflict, nullptr});
   }
@@ -194,6 +221,7 @@ class PgStore::Batcher {
   // Reads every result sent: the first failure since the last Flush.
   Status Flush() {
     SendInserts();
+    SendDeletes();
     Status first = status_;
     status_ = Status::Ok();
     if (sent_.empty()) return first;
@@ -223,12 +251,62 @@ class PgStore::Batcher {
     Rows rows;
   };
 
+  // Deletes queued for one statement, and whom each one's refusal goes to.
+  class Deletes {
+   public:
+    void Add(uint64_t id, std::optional<uint64_t> version, const char* if_none, Status* own) {
+      ids_.Int(static_cast<int64_t>(id));
+      version ? versions_.Int(static_cast<int64_t>(*version)) : versions_.Null();
+      entries_.push_back({static_cast<int64_t>(id), if_none, own});
+      seen_.insert(id);
+    }
+    bool Has(uint64_t id) const { return seen_.count(id) != 0; }
+    size_t size() const { return entries_.size(); }
+    Params ToParams() const {
+      Params p;
+      p.Array(ids_).Array(versions_);
+      return p;
+    }
+    // The statement's rows are the ids it deleted: a guarded delete whose id
+    // is not among them is refused.
+    Rows Refusals() const {
+      return [entries = entries_](const PGresult* r) {
+        std::set<int64_t> deleted;
+        for (int i = 0; i < PQntuples(r); ++i) deleted.insert(pg::GetInt(r, i, 0));
+        for (const Entry& e : entries) {
+          if (e.if_none != nullptr && deleted.count(e.id) == 0) {
+            *e.own = Status(StatusCode::kConflict, e.if_none);
+          }
+        }
+      };
+    }
+
+   private:
+    struct Entry {
+      int64_t id;
+      const char* if_none;  // guarded: the refusal's message
+      Status* own;
+    };
+    ArrayParam ids_{kInt8};
+    ArrayParam versions_{kInt8};
+    std::vector<Entry> entries_;
+    std::unordered_set<uint64_t> seen_;
+  };
+
   void SendInserts() {
     if (!inserts_) return;
     Params p = inserts_->ToParams();
     inserts_.reset();
     if (!status_.ok()) return;
     Track(conn_.Send("insert", p), {nullptr, nullptr, StatusCode::kConflict, nullptr});
+  }
+  void SendDeletes() {
+    if (!deletes_) return;
+    Deletes d = std::move(*deletes_);
+    deletes_.reset();
+    if (!status_.ok()) return;
+    Track(conn_.Send("delete", d.ToParams()),
+          {nullptr, nullptr, StatusCode::kConflict, d.Refusals()});
   }
   void Track(Status s, Sent sent) {
     if (!s.ok()) {
@@ -251,6 +329,7 @@ class PgStore::Batcher {
 
   PgConn& conn_;
   std::optional<Columns> inserts_;  // rows not sent yet
+  std::optional<Deletes> deletes_;  // deletes not sent yet
   std::vector<Sent> sent_;
   Status status_;
 };
@@ -660,16 +739,7 @@ Status PgStore::Commit(CommitQueue::Batch& batch) {
               b.Send("update", ChangeParams(x.job, 0, x.if_version), guard(x.if_version), own);
               notice(x.job, ShardOf(x.job));
             },
-            [&](const change::DeleteJob& x) {
-              Params p;
-              p.Int(static_cast<int64_t>(x.id));
-              if (x.if_version) {
-                p.Int(static_cast<int64_t>(*x.if_version));
-              } else {
-                p.Null();
-              }
-              b.Send("delete", p, guard(x.if_version), own);
-            },
+            [&](const change::DeleteJob& x) { b.Delete(x.id, x.if_version, kChanged, own); },
             [&](const change::PauseTube& x) {
               b.Send("pause", Params().Bytes(x.tube).Int(x.pause_ms).Int(x.unpause_ms));
               if (announce) changed_tubes.insert(x.tube);
@@ -1079,6 +1149,16 @@ Params OptionalTube(const std::optional<std::string>& tube) {
 }  // namespace
 
 Result<std::vector<TubeCount>> PgStore::CountJobs(std::optional<std::string> tube) {
+  // The rows of sessions that ended are folded into one, at most once a
+  // minute, so that the table stays as small as the live sessions keep it.
+  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+  int64_t last = counts_folded_s_.load();
+  if (now_s - last >= kFoldCountsEveryS && counts_folded_s_.compare_exchange_strong(last, now_s)) {
+    auto folded = Read("fold_counts", Params());
+    if (!folded.ok()) spdlog::warn("postgres: folding job counts: {}", folded.status().message());
+  }
   return Rows(Read("count_jobs", OptionalTube(tube)), [](const PGresult* r, int row) {
     auto n = [&](int col) { return static_cast<uint64_t>(pg::GetInt(r, row, col)); };
     return TubeCount{pg::GetBytes(r, row, 0), n(1), n(2), n(3), n(4), n(5), pg::GetInt(r, row, 6)};

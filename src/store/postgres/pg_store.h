@@ -35,6 +35,7 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -184,6 +185,10 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   mutable std::mutex writer_session_mu_;
   Session writer_session_;               // guarded by writer_session_mu_
   uint64_t synced_writer_connects_ = 0;  // syncer thread: at the last sync
+
+  // When CountJobs last folded the job counts of ended sessions (steady s).
+  static constexpr int64_t kFoldCountsEveryS = 60;
+  std::atomic<int64_t> counts_folded_s_{std::numeric_limits<int64_t>::min() / 2};
 
   std::unique_ptr<pg::PgListener> listener_;  // once Listen is called
 

@@ -74,6 +74,49 @@ TEST_F(PgStoreTest, ANewDatabaseGetsTheSchemaAndItsShardCountOnce) {
   EXPECT_EQ(Query("SELECT count(*) FROM shard_leases WHERE owner IS NULL AND epoch = 0"), 16);
 }
 
+// Version 6 counts the jobs a database of version 5 already holds, per
+// tube and state (done jobs not), and from then on keeps the counts.
+TEST_F(PgStoreTest, TheCountsMigrationCountsTheJobsAlreadyStored) {
+  auto s = Open(16);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  s->reset();
+  // Back to version 5, then jobs written by a delayd of that version.
+  ASSERT_TRUE(
+      db_.Exec("DROP TABLE job_counts; DROP FUNCTION delayd_count_jobs CASCADE; "
+               "DROP FUNCTION delayd_fold_counts; DROP FUNCTION delayd_session; "
+               "DELETE FROM delayd_schema WHERE version = 6"))
+      << db_.error();
+  ASSERT_TRUE(
+      db_.Exec("INSERT INTO jobs (shard, id, tube, pri, state, due_ms, due_min, "
+               "delay_ms, ttr_ms, created_ms, run_at_ms, reserves, timeouts, releases, "
+               "buries, kicks, body) SELECT i % 16, i, 't' || (i % 2), i % 2000, i % 5, "
+               "0, 0, 0, 1000, 0, 0, 0, 0, 0, 0, 0, '' FROM generate_series(1, 100) i"))
+      << db_.error();
+  auto again = Open(16);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(Query("SELECT max(version) FROM delayd_schema"), pg::SchemaVersion());
+  auto counts = (*again)->CountJobs(std::nullopt);
+  ASSERT_TRUE(counts.ok()) << counts.status().ToString();
+  ASSERT_EQ(counts->size(), 2u);
+  for (const TubeCount& t : *counts) {
+    auto count = [&](const std::string& where) {
+      return static_cast<uint64_t>(
+          Query("SELECT count(*) FROM jobs WHERE tube = '" + t.tube + "' AND " + where));
+    };
+    EXPECT_EQ(t.ready, count("state = 0")) << t.tube;
+    EXPECT_EQ(t.urgent, count("state = 0 AND pri < 1024")) << t.tube;
+    EXPECT_EQ(t.delayed, count("state = 1")) << t.tube;
+    EXPECT_EQ(t.buried, count("state = 2")) << t.tube;
+    EXPECT_EQ(t.reserved, count("state = 4")) << t.tube;
+    EXPECT_EQ(t.ready + t.delayed + t.buried + t.reserved, 40u) << t.tube;  // 10 done
+  }
+  ASSERT_TRUE(Apply(**again, Mutation::Delete(10)).ok());  // t0, state 0
+  auto after = (*again)->CountJobs("t0");
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ((*after)[0].ready, 9u);
+}
+
 TEST_F(PgStoreTest, EachJobCarriesItsShardFromItsIdOrItsKey) {
   auto s = Open(16);
   ASSERT_TRUE(s.ok()) << s.status().ToString();

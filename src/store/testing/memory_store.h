@@ -80,6 +80,9 @@ class MemoryStore final : public Store {
     return r;
   }
 
+  // Mutations submitted to linger for company (Mutation::lingers).
+  uint64_t lingering_submitted = 0;
+
   void Submit(Mutation m, Done done) override {
     std::vector<Mutation> ms;
     ms.push_back(std::move(m));
@@ -90,6 +93,7 @@ class MemoryStore final : public Store {
       post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
       return;
     }
+    for (const Mutation& m : ms) lingering_submitted += m.lingers ? 1 : 0;
     queue_.push_back({std::move(ms), std::move(done)});
     if (commit_posted_) return;
     commit_posted_ = true;
