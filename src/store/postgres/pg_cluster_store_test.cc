@@ -722,6 +722,42 @@ TEST_F(ClusterStoreTest, APromotionReservesTheBestDueJobsForTheOwnersWaiters) {
   EXPECT_EQ(Get(*a, 20).state, StoredState::kReady);
 }
 
+// A due job another transaction changes while the owner's promotion reads
+// it is left as that change leaves it (here: buried), not made ready over
+// it: the promotion checks each row again as it writes it.
+TEST_F(ClusterStoreTest, APromotionLeavesAJobChangedUnderItAsTheChangeLeftIt) {
+  auto a = Start("a");
+  a->Round();
+  ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards));
+  const JobRecord j = Job(1, "t", 0, StoredState::kDelayed, kNow - 1);
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(j)).ok());
+  PGconn* other = PQconnectdb(db_.uri().c_str());
+  PQclear(PQexec(other, "BEGIN"));
+  PGresult* r = PQexec(other, "UPDATE jobs SET state=2, ver=ver+1 WHERE id=1");
+  ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(other);
+  PQclear(r);
+
+  std::atomic<int> done{0};
+  Status promoted;
+  a->store->Submit(Mutation::Promote(a->Fence(a->store->ShardOf(j)), {1}, kNow),
+                   [&](const Status& s) {
+                     promoted = s;
+                     ++done;
+                   });
+  // Until the promotion waits for the other transaction's row.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (Query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query "
+               "LIKE '%UPDATE jobs j SET state=CASE%'") != "1") {
+    ASSERT_LT(Clock::now(), deadline) << "the promotion never waited for the row";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  PQclear(PQexec(other, "COMMIT"));
+  PQfinish(other);
+  inbox_.RunUntil(done, 1);
+  EXPECT_TRUE(promoted.ok()) << promoted.ToString();
+  EXPECT_EQ(Get(*a, 1).state, StoredState::kBuried);
+}
+
 // A node whose leases ran out while it stalled, and were taken by another,
 // cannot promote or requeue on those shards any more: the database refuses,
 // and the rows are as they were. The new owner can.

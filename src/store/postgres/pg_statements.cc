@@ -62,21 +62,24 @@ const std::string kFenceEnd =
 
 // The promotion (change::PromoteDue). $4, $5: each due job's shard and id;
 // $6: now; $7, $8: how many pull jobs of each tube to reserve for this
-// node's waiters (claim_for). `d` locks the due rows, each found by its
+// node's waiters (claim_for). `d` reads the due rows, each found by its
 // primary key: with `j.shard=ANY($1)` on the table rather than the array,
 // PostgreSQL 15's generic plan found each through jobs_due with only its
 // id, a scan of that whole index per job (0.7 ms a promotion of 3 jobs
 // among 50k delayed ones; bench/postgres's cost lines). `r` ranks them per
-// tube as a claim orders them (a window cannot share a SELECT with FOR
-// UPDATE, hence two steps) and marks `mine` the best of each tube waited
-// for and not paused. The statement returns the rows reserved, or, when
-// every fence held and none was, one row of NULLs: no row at all is the
-// refusal (kFence).
+// tube as a claim orders them and marks `mine` the best of each tube
+// waited for and not paused. `p` checks again that each row is still due
+// and delayed: a row another transaction changed since `d` read it is
+// read again as that one left it (PostgreSQL's READ COMMITTED), and left
+// alone when it no longer is. Rows are not locked in `d` (FOR UPDATE):
+// a lock is a WAL record per row before its update's. The statement
+// returns the rows reserved, or, when every fence held and none was, one
+// row of NULLs: no row at all is the refusal (kFence).
 std::string PromoteSql() {
   return fmt::format(
       "{}d AS (SELECT j.shard, j.id, j.tube, j.pri, j.push FROM jobs j JOIN unnest($4::int8[], "
       "$5::int8[]) AS u(shard, id) ON (j.shard, j.id)=(u.shard, u.id) WHERE u.shard=ANY($1) "
-      "AND j.state=1 AND j.due_ms<=$6 AND (SELECT held FROM h) FOR UPDATE OF j), "
+      "AND j.state=1 AND j.due_ms<=$6 AND (SELECT held FROM h)), "
       "w AS (SELECT t.tube, t.n FROM unnest($7::text[], $8::int8[]) AS t(tube, n) WHERE NOT "
       "EXISTS (SELECT 1 FROM tubes z WHERE z.name=t.tube AND z.unpause_ms>$6)), "
       "r AS (SELECT d.shard, d.id, d.push=0 AND w.n IS NOT NULL AND row_number() OVER (PARTITION "
@@ -85,7 +88,7 @@ std::string PromoteSql() {
       "p AS (UPDATE jobs j SET state=CASE WHEN r.mine THEN 4 ELSE 0 END, ver=j.ver+1, "
       "reserved_by=CASE WHEN r.mine THEN $2 END, deadline_ms=CASE WHEN r.mine THEN $6+j.ttr_ms "
       "END, reserves=j.reserves+CASE WHEN r.mine THEN 1 ELSE 0 END FROM r WHERE (j.shard, "
-      "j.id)=(r.shard, r.id) RETURNING r.mine, j.shard, {})"
+      "j.id)=(r.shard, r.id) AND j.state=1 AND j.due_ms<=$6 RETURNING r.mine, j.shard, {})"
       "{}SELECT {} FROM h LEFT JOIN (SELECT * FROM p WHERE mine) q ON true WHERE h.held AND {}",
       kFence, Qualified(kJobColumns, "j"), ReadyNotices("NOT mine"), Qualified(kJobColumns, "q"),
       kNoticesSent);
