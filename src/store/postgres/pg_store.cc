@@ -254,6 +254,9 @@ class PgStore::Batcher {
   // Deletes queued for one statement, and whom each one's refusal goes to.
   class Deletes {
    public:
+    // Written out: clang does not construct a nested class by its member
+    // initializers before the enclosing class is complete.
+    Deletes() : ids_(kInt8), versions_(kInt8) {}
     void Add(uint64_t id, std::optional<uint64_t> version, const char* if_none, Status* own) {
       ids_.Int(static_cast<int64_t>(id));
       version ? versions_.Int(static_cast<int64_t>(*version)) : versions_.Null();
@@ -287,8 +290,8 @@ class PgStore::Batcher {
       const char* if_none;  // guarded: the refusal's message
       Status* own;
     };
-    ArrayParam ids_{kInt8};
-    ArrayParam versions_{kInt8};
+    ArrayParam ids_;
+    ArrayParam versions_;
     std::vector<Entry> entries_;
     std::unordered_set<uint64_t> seen_;
   };
