@@ -280,15 +280,16 @@ std::vector<Statement> Statements() {
        Select(kJobColumns,
               "FROM jobs WHERE state=0 AND push=0 AND tube=$1 ORDER BY pri, id LIMIT 1"),
        {kText}},
-      // Counts per tube from job_counts (migration 6), each the sum of its
-      // sessions' rows; the oldest ready job's due time among the first
+      // Counts per tube: job_counts plus the deltas not folded into it yet
+      // (migration 7); the oldest ready job's due time among the first
       // kOldestReadyScan of each index in claim order, so that a backlog
       // is never read whole.
       {"count_jobs",
        fmt::format(
            "SELECT tube, {}, {}, {}, {}, {}, CASE WHEN sum(n) FILTER (WHERE state=0) > 0 THEN "
-           "coalesce(least({}, {}), 0) ELSE 0 END FROM job_counts c WHERE $1::text IS NULL OR "
-           "tube=$1 GROUP BY tube HAVING sum(n) <> 0 ORDER BY tube",
+           "coalesce(least({}, {}), 0) ELSE 0 END FROM (SELECT tube, state, urgent, n FROM "
+           "job_counts UNION ALL SELECT tube, state, urgent, n FROM job_deltas) c WHERE "
+           "$1::text IS NULL OR tube=$1 GROUP BY tube HAVING sum(n) <> 0 ORDER BY tube",
            Sum("state=0"), Sum("state=0 AND urgent"), Sum("state=1"), Sum("state=4"),
            Sum("state=2"), OldestReady(0), OldestReady(1)),
        {kText}},

@@ -34,8 +34,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -186,9 +186,13 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   Session writer_session_;               // guarded by writer_session_mu_
   uint64_t synced_writer_connects_ = 0;  // syncer thread: at the last sync
 
-  // When CountJobs last folded the job counts of ended sessions (steady s).
-  static constexpr int64_t kFoldCountsEveryS = 60;
-  std::atomic<int64_t> counts_folded_s_{std::numeric_limits<int64_t>::min() / 2};
+  // The job count deltas folded into the counts (migration 7), on the
+  // reads lane every kFoldCountsEvery.
+  static constexpr std::chrono::milliseconds kFoldCountsEvery{1000};
+  static constexpr uint64_t kVacuumDeltasEvery = 10;
+  void FoldCounts();
+  uint64_t folds_ = 0;         // reads lane: folds made
+  bool fold_failing_ = false;  // reads lane
 
   std::unique_ptr<pg::PgListener> listener_;  // once Listen is called
 

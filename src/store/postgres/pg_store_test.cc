@@ -82,9 +82,9 @@ TEST_F(PgStoreTest, TheCountsMigrationCountsTheJobsAlreadyStored) {
   s->reset();
   // Back to version 5, then jobs written by a delayd of that version.
   ASSERT_TRUE(
-      db_.Exec("DROP TABLE job_counts; DROP FUNCTION delayd_count_jobs CASCADE; "
-               "DROP FUNCTION delayd_fold_counts; DROP FUNCTION delayd_session; "
-               "DELETE FROM delayd_schema WHERE version = 6"))
+      db_.Exec("DROP TABLE job_counts, job_deltas; DROP FUNCTION delayd_count_jobs CASCADE; "
+               "DROP FUNCTION delayd_truncate_counts CASCADE; DROP FUNCTION delayd_fold_counts; "
+               "DELETE FROM delayd_schema WHERE version >= 6"))
       << db_.error();
   ASSERT_TRUE(
       db_.Exec("INSERT INTO jobs (shard, id, tube, pri, state, due_ms, due_min, "
@@ -115,6 +115,45 @@ TEST_F(PgStoreTest, TheCountsMigrationCountsTheJobsAlreadyStored) {
   ASSERT_TRUE(after.ok());
   ASSERT_EQ(after->size(), 1u);
   EXPECT_EQ((*after)[0].ready, 9u);
+}
+
+// Version 7 sums the rows of version 6's sessions into one row per tube,
+// state and urgency, and from then on the trigger appends deltas.
+TEST_F(PgStoreTest, TheDeltasMigrationSumsTheRowsOfEachSession) {
+  auto s = Open(16);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(1))).ok());
+  ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(2))).ok());
+  s->reset();
+  // Back to version 6: the counts in rows of three sessions (two of them
+  // for tube t's ready jobs), and version 6's functions the migration drops.
+  ASSERT_TRUE(
+      db_.Exec("DROP TABLE job_counts, job_deltas; DROP FUNCTION delayd_fold_counts; "
+               "DROP FUNCTION delayd_truncate_counts CASCADE; "
+               "DELETE FROM delayd_schema WHERE version = 7; "
+               "CREATE TABLE job_counts (slot text NOT NULL, tube text NOT NULL, state smallint "
+               "NOT NULL, urgent boolean NOT NULL, n bigint NOT NULL, PRIMARY KEY (slot, tube, "
+               "state, urgent)); "
+               "INSERT INTO job_counts VALUES ('', 't', 0, true, 3), ('1/2', 't', 0, true, -1), "
+               "('3/4', 'gone', 1, false, 1), ('5/6', 'gone', 1, false, -1); "
+               "CREATE FUNCTION delayd_session(pid integer, started timestamptz) RETURNS text "
+               "LANGUAGE sql IMMUTABLE AS $$SELECT ''::text$$; "
+               "CREATE FUNCTION delayd_fold_counts() RETURNS void LANGUAGE sql AS $$SELECT$$;"))
+      << db_.error();
+  auto again = Open(16);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(Query("SELECT max(version) FROM delayd_schema"), pg::SchemaVersion());
+  EXPECT_EQ(Query("SELECT count(*) FROM job_counts"), 1);
+  auto counts = (*again)->CountJobs(std::nullopt);
+  ASSERT_TRUE(counts.ok()) << counts.status().ToString();
+  ASSERT_EQ(counts->size(), 1u);
+  EXPECT_EQ((*counts)[0].tube, "t");
+  EXPECT_EQ((*counts)[0].ready, 2u);
+  ASSERT_TRUE(Apply(**again, Mutation::Delete(1)).ok());
+  auto after = (*again)->CountJobs("t");
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ((*after)[0].ready, 1u);
 }
 
 TEST_F(PgStoreTest, EachJobCarriesItsShardFromItsIdOrItsKey) {
