@@ -293,7 +293,8 @@ std::vector<Statement> Statements() {
            Sum("state=0"), Sum("state=0 AND urgent"), Sum("state=1"), Sum("state=4"),
            Sum("state=2"), OldestReady(0), OldestReady(1)),
        {kText}},
-      {"fold_counts", "SELECT delayd_fold_counts()", {}},
+      // 1 when this call folded, 0 when another fold was running.
+      {"fold_counts", "SELECT delayd_fold_counts()::int::int8", {}},
       {"tubes",
        "SELECT name, pause_ms, unpause_ms, settings FROM tubes WHERE $1::text IS NULL OR name=$1",
        {kText}},

@@ -519,7 +519,8 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
   store->synced_writer_connects_ = store->writer_->connects();
   store->owner_checked_connects_ = store->syncer_->connects();
   store->queue_.Start();
-  store->reads_->Every(kFoldCountsEvery, [s = store.get()] { s->FoldCounts(); });
+  store->reads_->Every(std::chrono::milliseconds(store->options_.fold_counts_ms),
+                       [s = store.get()] { s->FoldCounts(); });
   store->reads_->Start();
   if (store->shared() != nullptr) store->claims_->Start();
   return store;
@@ -1184,7 +1185,7 @@ Params OptionalTube(const std::optional<std::string>& tube) {
 
 // The reads lane's: every node folds, so that the deltas stay about a
 // second's worth while any node runs (the database runs one fold at a
-// time). Every kVacuumDeltasEvery folds it made, the store also vacuums
+// time). Every vacuum_deltas_every folds it made, the store also vacuums
 // job_deltas: autovacuum looks at a table once a minute at most, and until
 // then the rows folded stay in its pages for every fold and count to pass
 // over (5-7 ms a fold after a minute at 2,000 jobs a second). A failure is
@@ -1192,7 +1193,8 @@ Params OptionalTube(const std::optional<std::string>& tube) {
 void PgStore::FoldCounts() {
   auto folded = reads_->Use([](PgConn& c) { return c.Run("fold_counts", Params()); });
   Status s = folded.status();
-  if (s.ok() && PQgetvalue(folded->get(), 0, 0)[0] == 't' && ++folds_ % kVacuumDeltasEvery == 0) {
+  if (s.ok() && pg::GetInt(folded->get(), 0, 0) == 1 &&
+      ++folds_ % options_.vacuum_deltas_every == 0) {
     s = reads_->Use([](PgConn& c) { return c.Exec("VACUUM job_deltas"); });
   }
   if (!s.ok() && !fold_failing_) {

@@ -34,7 +34,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -68,6 +67,10 @@ struct PgOptions {
   // The longest a batch of changes answered before their commit waits for
   // more (CommitQueue::Options::linger_us).
   int64_t linger_us = 0;
+  // How often this store folds the job count deltas into the counts, and
+  // how many of its folds pass between vacuums of job_deltas (FoldCounts).
+  int64_t fold_counts_ms = 1000;
+  uint64_t vacuum_deltas_every = 10;
 };
 
 class PgStore final : public Store, public SharedQueue, private CommitQueue::Backend {
@@ -187,9 +190,7 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   uint64_t synced_writer_connects_ = 0;  // syncer thread: at the last sync
 
   // The job count deltas folded into the counts (migration 7), on the
-  // reads lane every kFoldCountsEvery.
-  static constexpr std::chrono::milliseconds kFoldCountsEvery{1000};
-  static constexpr uint64_t kVacuumDeltasEvery = 10;
+  // reads lane every options_.fold_counts_ms.
   void FoldCounts();
   uint64_t folds_ = 0;         // reads lane: folds made
   bool fold_failing_ = false;  // reads lane

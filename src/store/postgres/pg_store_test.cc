@@ -156,6 +156,27 @@ TEST_F(PgStoreTest, TheDeltasMigrationSumsTheRowsOfEachSession) {
   EXPECT_EQ((*after)[0].ready, 1u);
 }
 
+// The store folds the deltas its changes append, and every few folds it
+// made vacuums job_deltas, so that the rows folded do not stay in its
+// pages until autovacuum comes.
+TEST_F(PgStoreTest, TheStoreFoldsTheCountDeltasAndVacuumsThem) {
+  auto s = PgStore::Open(
+      {.conninfo = db_.uri(), .shards = 16, .fold_counts_ms = 20, .vacuum_deltas_every = 3},
+      inbox_.executor());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const int64_t vacuums =
+      Query("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'job_deltas'");
+  for (uint64_t id = 1; id <= 5; ++id) ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(id))).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Query("SELECT count(*) FROM job_deltas") != 0 ||
+         Query("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'job_deltas'") <=
+             vacuums) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no fold, or no vacuum";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Query("SELECT n FROM job_counts WHERE tube = 't' AND state = 0"), 5);
+}
+
 TEST_F(PgStoreTest, EachJobCarriesItsShardFromItsIdOrItsKey) {
   auto s = Open(16);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
