@@ -18,6 +18,11 @@ namespace delayd::delivery {
 namespace {
 // Bytes of a failed response's body kept as its error excerpt.
 constexpr size_t kExcerptBytes = 256;
+// Bytes of a response's body read at most. The status decides an attempt,
+// so a longer body is not read to its end: the transfer stops, the
+// connection is closed, and a target that answers megabytes takes no more
+// of the client thread than one that answers "ok".
+constexpr size_t kMaxBodyBytes = 64 << 10;
 
 int64_t SteadyMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -38,6 +43,8 @@ struct HttpClient::Transfer {
   std::string refused;  // why the policy refused a connection; empty: it did not
   OutResult result;
   std::string response_excerpt;
+  size_t body_bytes = 0;
+  bool body_cut = false;  // more than kMaxBodyBytes came; the rest was not read
   curl_slist* headers = nullptr;
   int64_t started_ms = 0;
   char error[CURL_ERROR_SIZE] = {0};
@@ -49,6 +56,11 @@ struct HttpClient::Transfer {
     size_t bytes = size * n;
     if (t->response_excerpt.size() < kExcerptBytes) {
       t->response_excerpt.append(data, std::min(bytes, kExcerptBytes - t->response_excerpt.size()));
+    }
+    t->body_bytes += bytes;
+    if (t->body_bytes > kMaxBodyBytes) {
+      t->body_cut = true;
+      return CURL_WRITEFUNC_ERROR;  // ends the transfer with CURLE_WRITE_ERROR
     }
     return bytes;
   }
@@ -259,7 +271,7 @@ void HttpClient::Collect() {
     OutResult& res = t->result;
     res.duration_ms = SteadyMs() - t->started_ms;
     CURLcode code = msg->data.result;
-    if (code == CURLE_OK) {
+    if (code == CURLE_OK || (code == CURLE_WRITE_ERROR && t->body_cut)) {
       long status = 0;
       curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
       res.status = static_cast<int>(status);

@@ -50,6 +50,8 @@ class TestServer {
     return "http://127.0.0.1:" + std::to_string(port_) + path;
   }
   int connections() const { return connections_; }
+  // Answers the client closed the connection on before taking them whole.
+  int answers_cut() const { return answers_cut_; }
   std::vector<Seen> seen() {
     std::lock_guard lock(mu_);
     return seen_;
@@ -107,7 +109,11 @@ class TestServer {
         }
         return;
       }
-      if (::write(c, answer->data(), answer->size()) < 0) return;
+      const ssize_t sent = ::send(c, answer->data(), answer->size(), MSG_NOSIGNAL);
+      if (sent < static_cast<ssize_t>(answer->size())) {
+        ++answers_cut_;
+        return;
+      }
     }
   }
 
@@ -116,6 +122,7 @@ class TestServer {
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> connections_{0};
+  std::atomic<int> answers_cut_{0};
   std::mutex mu_;
   std::vector<Seen> seen_;
   std::thread thread_;
@@ -176,6 +183,41 @@ TEST_F(HttpClientTest, AFailedResponseGivesItsStatusBodyExcerptAndRetryAfter) {
   EXPECT_EQ(r.error.rfind("HTTP 503: busy, come back", 0), 0u) << r.error;
   EXPECT_LT(r.error.size(), 600u) << "an excerpt, not the whole body";
   EXPECT_NE(r.retry_after.find("30"), std::string::npos) << r.retry_after;
+}
+
+TEST_F(HttpClientTest, ALongBodyIsNotReadToItsEndAndTheStatusDecides) {
+  // More than the socket buffers can hold (net.ipv4.tcp_rmem and tcp_wmem
+  // allow 32 + 4 MiB here), so the server's send ends early only if the
+  // client closes the connection.
+  const std::string huge = Response("200 OK", std::string(48 << 20, 'x'));
+  const std::string failed =
+      Response("500 Internal Server Error", "broken" + std::string(48 << 20, '.'));
+  const std::string small = Response("200 OK", "ok");
+  std::atomic<int> calls{0};
+  TestServer server([&](const TestServer::Seen&) -> std::optional<std::string> {
+    switch (calls++) {
+      case 0:
+        return huge;
+      case 1:
+        return failed;
+      default:
+        return small;
+    }
+  });
+  HttpClient client(work_.executor());
+  OutRequest req;
+  req.url = server.url();
+  OutResult r = Send(client, req);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  r = Send(client, req);
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.error.rfind("HTTP 500: broken", 0), 0u) << r.error;
+  r = Send(client, req);  // on a new connection: the others were closed
+  EXPECT_EQ(r.status, 200);
+  client.Stop();
+  EXPECT_EQ(server.answers_cut(), 2);
+  EXPECT_EQ(server.connections(), 3);
 }
 
 TEST_F(HttpClientTest, ATargetThatDoesNotAnswerTimesOut) {
