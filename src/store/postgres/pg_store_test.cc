@@ -130,7 +130,7 @@ TEST_F(PgStoreTest, TheDeltasMigrationSumsTheRowsOfEachSession) {
   ASSERT_TRUE(
       db_.Exec("DROP TABLE job_counts, job_deltas; DROP FUNCTION delayd_fold_counts; "
                "DROP FUNCTION delayd_truncate_counts CASCADE; "
-               "DELETE FROM delayd_schema WHERE version = 7; "
+               "DELETE FROM delayd_schema WHERE version >= 7; "
                "CREATE TABLE job_counts (slot text NOT NULL, tube text NOT NULL, state smallint "
                "NOT NULL, urgent boolean NOT NULL, n bigint NOT NULL, PRIMARY KEY (slot, tube, "
                "state, urgent)); "
@@ -154,6 +154,83 @@ TEST_F(PgStoreTest, TheDeltasMigrationSumsTheRowsOfEachSession) {
   ASSERT_TRUE(after.ok());
   ASSERT_EQ(after->size(), 1u);
   EXPECT_EQ((*after)[0].ready, 1u);
+}
+
+// Version 8 rewrites jobs with the columns a state change writes first
+// and fillfactor 70; every row comes through whole, and the counts, the
+// indexes and the triggers serve the new table.
+TEST_F(PgStoreTest, TheColumnOrderMigrationKeepsEveryRowAndItsCounts) {
+  auto s = Open(16);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  s->reset();
+  // Version 7's table: its columns in their order then, with rows of every
+  // state, nulls and not, and bytes of every value.
+  const std::string v7_columns =
+      "shard, id, tube, pri, state, due_ms, due_min, delay_ms, ttr_ms, created_ms, done_ms, "
+      "run_at_ms, reserves, timeouts, releases, buries, kicks, key, spec, attempt_log, "
+      "last_error, body, ver, reserved_by, deadline_ms, push";
+  ASSERT_TRUE(db_.Exec(
+      "DELETE FROM delayd_schema WHERE version = 8; DROP TABLE jobs; "
+      "CREATE TABLE jobs AS SELECT (i % 16)::int2 AS shard, i::int8 AS id, 't' || (i % 3) AS "
+      "tube, (i % 2000)::int8 AS pri, (i % 5)::int2 AS state, (i * 7)::int8 AS due_ms, (i / "
+      "60)::int8 AS due_min, 10::int8 AS delay_ms, 1000::int8 AS ttr_ms, i::int8 AS created_ms, "
+      "CASE WHEN i % 5 = 3 THEN i::int8 END AS done_ms, (i * 3)::int8 AS run_at_ms, (i % "
+      "4)::int8 AS reserves, 1::int8 AS timeouts, 2::int8 AS releases, 3::int8 AS buries, "
+      "4::int8 AS kicks, CASE WHEN i % 2 = 0 THEN int4send(i) END AS key, CASE WHEN i % 3 = 0 "
+      "THEN '\\x7b7d'::bytea END AS spec, CASE WHEN i % 7 = 0 THEN '\\x00ff'::bytea END AS "
+      "attempt_log, CASE WHEN i % 11 = 0 THEN 'no'::bytea END AS last_error, "
+      "decode(repeat(lpad(to_hex(i % 256), 2, '0'), 3), 'hex') || '\\x000d0a'::bytea AS body, (i % "
+      "9)::int8 "
+      "AS ver, CASE WHEN i % 5 = 4 THEN 'node' || (i % 3) END AS reserved_by, CASE WHEN i % 5 = "
+      "4 THEN i::int8 + 1000 END AS deadline_ms, (i % 2)::int2 AS push "
+      "FROM generate_series(16, 1015) i; "
+      "ALTER TABLE jobs ALTER COLUMN body SET NOT NULL; ALTER TABLE jobs ADD PRIMARY KEY "
+      "(shard, id); "
+      "DELETE FROM job_deltas; DELETE FROM job_counts; "
+      "INSERT INTO job_counts SELECT tube, state, state = 0 AND pri < 1024, count(*) FROM jobs "
+      "WHERE state <> 3 GROUP BY 1, 2, 3"))
+      << db_.error();
+  auto digest = [&] {
+    return Query(
+        "SELECT ('x' || substr(md5(string_agg(j::text, ',' ORDER BY shard, id)), 1, "
+        "15))::bit(60)::int8 FROM (SELECT " +
+        v7_columns + " FROM jobs) j");
+  };
+  const int64_t before = digest();
+  ASSERT_GT(before, 0);
+  auto again = Open(16);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(Query("SELECT max(version) FROM delayd_schema"), pg::SchemaVersion());
+  EXPECT_EQ(digest(), before) << "every row as it was";
+  EXPECT_EQ(Query("SELECT attnum FROM pg_attribute WHERE attrelid = 'jobs'::regclass AND "
+                  "attname = 'state'"),
+            4);
+  EXPECT_EQ(Query("SELECT count(*) FROM pg_class WHERE relname = 'jobs' AND 'fillfactor=70' = "
+                  "ANY(reloptions)"),
+            1);
+  EXPECT_EQ(Query("SELECT count(*) FROM pg_indexes WHERE tablename = 'jobs'"), 10);
+  // The rows were the same, so the counts kept before are still true, and
+  // the triggers keep them as the new table changes.
+  auto counts = (*again)->CountJobs(std::nullopt);
+  ASSERT_TRUE(counts.ok()) << counts.status().ToString();
+  ASSERT_EQ(counts->size(), 3u);
+  for (const TubeCount& t : *counts) {
+    auto count = [&](const std::string& where) {
+      return static_cast<uint64_t>(
+          Query("SELECT count(*) FROM jobs WHERE tube = '" + t.tube + "' AND " + where));
+    };
+    EXPECT_EQ(t.ready, count("state = 0")) << t.tube;
+    EXPECT_EQ(t.urgent, count("state = 0 AND pri < 1024")) << t.tube;
+    EXPECT_EQ(t.delayed, count("state = 1")) << t.tube;
+    EXPECT_EQ(t.buried, count("state = 2")) << t.tube;
+    EXPECT_EQ(t.reserved, count("state = 4")) << t.tube;
+  }
+  ASSERT_TRUE(Apply(**again, Mutation::Insert(Job(5000))).ok());  // tube t, ready
+  auto t = (*again)->CountJobs("t");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->size(), 1u);
+  EXPECT_EQ((*t)[0].ready, 1u);
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id = 5000"), 1) << "found by jobs_id";
 }
 
 // The store folds the deltas its changes append, and every few folds it
