@@ -326,7 +326,7 @@ $f$;
     // it all (299 bytes, and a lock record before it). Now a claim logs
     // state to reserved_by (126 bytes), and fillfactor 70 keeps most new
     // versions on their page: WAL of 4 serial consumers draining one
-    // --cluster node fell from 719 to 557 bytes a job (bench/README.md).
+    // --cluster node fell from 723 to 563 bytes a job (bench/cluster-wal).
     // Columns are copied by name; no statement of delayd depends on their
     // order. The counts stay: the rows are the same.
     R"sql(
