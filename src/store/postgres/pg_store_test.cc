@@ -254,6 +254,44 @@ TEST_F(PgStoreTest, TheStoreFoldsTheCountDeltasAndVacuumsThem) {
   EXPECT_EQ(Query("SELECT n FROM job_counts WHERE tube = 't' AND state = 0"), 5);
 }
 
+// A fold that fails (here its function raises, after counting the try in a
+// sequence, which no rollback takes back) changes no count: the deltas
+// wait for the next fold, the counts read both tables, and the store goes
+// on writing and reading. Once folds succeed again they fold everything.
+TEST_F(PgStoreTest, AFailingFoldLeavesTheCountsTrueAndTheStoreServing) {
+  auto s =
+      PgStore::Open({.conninfo = db_.uri(), .shards = 16, .fold_counts_ms = 20}, inbox_.executor());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(db_.Exec(
+      "CREATE SEQUENCE fold_tries; ALTER FUNCTION delayd_fold_counts() RENAME TO fold_counts_ok; "
+      "CREATE FUNCTION delayd_fold_counts() RETURNS boolean LANGUAGE plpgsql AS $f$ BEGIN "
+      "PERFORM nextval('fold_tries'); RAISE EXCEPTION 'the fold is broken'; END $f$"))
+      << db_.error();
+  auto wait_for = [&](const std::string& sql, int64_t at_least, const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (Query(sql) < at_least) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << what;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(id))).ok());
+  const int64_t tries = Query("SELECT last_value FROM fold_tries");
+  wait_for("SELECT last_value FROM fold_tries", tries + 3, "no fold was tried");
+  ASSERT_TRUE(Apply(**s, Mutation::Delete(4)).ok());
+  auto counts = (*s)->CountJobs("t");
+  ASSERT_TRUE(counts.ok()) << counts.status().ToString();
+  ASSERT_EQ(counts->size(), 1u);
+  EXPECT_EQ((*counts)[0].ready, 3u);
+  EXPECT_GT(Query("SELECT count(*) FROM job_deltas"), 0) << "nothing was folded";
+  // The fold works again: everything waiting is folded, the sums unchanged.
+  ASSERT_TRUE(
+      db_.Exec("DROP FUNCTION delayd_fold_counts(); ALTER FUNCTION fold_counts_ok() "
+               "RENAME TO delayd_fold_counts"))
+      << db_.error();
+  wait_for("SELECT -count(*) FROM job_deltas", 0, "the deltas were not folded");
+  EXPECT_EQ(Query("SELECT n FROM job_counts WHERE tube = 't' AND state = 0"), 3);
+}
+
 TEST_F(PgStoreTest, EachJobCarriesItsShardFromItsIdOrItsKey) {
   auto s = Open(16);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
