@@ -233,6 +233,33 @@ TEST_F(PgStoreTest, TheColumnOrderMigrationKeepsEveryRowAndItsCounts) {
   EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id = 5000"), 1) << "found by jobs_id";
 }
 
+// A cluster node that keeps running while another migrates the database
+// to version 8 (a rolling upgrade) writes on: its prepared statements name
+// columns, never positions, and PostgreSQL plans them again for the new
+// table.
+TEST_F(PgStoreTest, AStoreRunningThroughTheColumnOrderMigrationWritesOn) {
+  auto node = [&](const char* id) {
+    return PgStore::Open({.conninfo = db_.uri(), .shards = 16, .node_id = id}, inbox_.executor());
+  };
+  auto running = node("a");
+  ASSERT_TRUE(running.ok()) << running.status().ToString();
+  for (uint64_t id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(Apply(**running, Mutation::Insert(Job(id))).ok());
+  }
+  ASSERT_TRUE(db_.Exec("DELETE FROM delayd_schema WHERE version = 8")) << db_.error();
+  const int64_t table = Query("SELECT 'jobs'::regclass::oid::int8");
+  auto upgraded = node("b");
+  ASSERT_TRUE(upgraded.ok()) << upgraded.status().ToString();
+  ASSERT_NE(Query("SELECT 'jobs'::regclass::oid::int8"), table) << "the table was rewritten";
+  ASSERT_TRUE(Apply(**running, Mutation::Insert(Job(4, "k"))).ok());
+  ASSERT_TRUE(Apply(**running, Mutation::Delete(1)).ok());
+  auto counts = (*running)->CountJobs("t");
+  ASSERT_TRUE(counts.ok()) << counts.status().ToString();
+  ASSERT_EQ(counts->size(), 1u);
+  EXPECT_EQ((*counts)[0].ready, 3u);
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id IN (2, 3, 4)"), 3);
+}
+
 // The store folds the deltas its changes append, and every few folds it
 // made vacuums job_deltas, so that the rows folded do not stay in its
 // pages until autovacuum comes.
