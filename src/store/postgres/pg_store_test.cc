@@ -46,6 +46,18 @@ class PgStoreTest : public ::testing::Test {
     PQfinish(c);
     return v;
   }
+  // That `t`, a tube's counts, is what a count of the jobs table finds.
+  void ExpectTheTableCounts(const TubeCount& t) {
+    auto count = [&](const std::string& where) {
+      return static_cast<uint64_t>(
+          Query("SELECT count(*) FROM jobs WHERE tube = '" + t.tube + "' AND " + where));
+    };
+    EXPECT_EQ(t.ready, count("state = 0")) << t.tube;
+    EXPECT_EQ(t.urgent, count("state = 0 AND pri < 1024")) << t.tube;
+    EXPECT_EQ(t.delayed, count("state = 1")) << t.tube;
+    EXPECT_EQ(t.buried, count("state = 2")) << t.tube;
+    EXPECT_EQ(t.reserved, count("state = 4")) << t.tube;
+  }
   static JobRecord Job(uint64_t id, std::string key = "") {
     JobRecord j;
     j.id = id;
@@ -99,15 +111,7 @@ TEST_F(PgStoreTest, TheCountsMigrationCountsTheJobsAlreadyStored) {
   ASSERT_TRUE(counts.ok()) << counts.status().ToString();
   ASSERT_EQ(counts->size(), 2u);
   for (const TubeCount& t : *counts) {
-    auto count = [&](const std::string& where) {
-      return static_cast<uint64_t>(
-          Query("SELECT count(*) FROM jobs WHERE tube = '" + t.tube + "' AND " + where));
-    };
-    EXPECT_EQ(t.ready, count("state = 0")) << t.tube;
-    EXPECT_EQ(t.urgent, count("state = 0 AND pri < 1024")) << t.tube;
-    EXPECT_EQ(t.delayed, count("state = 1")) << t.tube;
-    EXPECT_EQ(t.buried, count("state = 2")) << t.tube;
-    EXPECT_EQ(t.reserved, count("state = 4")) << t.tube;
+    ExpectTheTableCounts(t);
     EXPECT_EQ(t.ready + t.delayed + t.buried + t.reserved, 40u) << t.tube;  // 10 done
   }
   ASSERT_TRUE(Apply(**again, Mutation::Delete(10)).ok());  // t0, state 0
@@ -214,17 +218,7 @@ TEST_F(PgStoreTest, TheColumnOrderMigrationKeepsEveryRowAndItsCounts) {
   auto counts = (*again)->CountJobs(std::nullopt);
   ASSERT_TRUE(counts.ok()) << counts.status().ToString();
   ASSERT_EQ(counts->size(), 3u);
-  for (const TubeCount& t : *counts) {
-    auto count = [&](const std::string& where) {
-      return static_cast<uint64_t>(
-          Query("SELECT count(*) FROM jobs WHERE tube = '" + t.tube + "' AND " + where));
-    };
-    EXPECT_EQ(t.ready, count("state = 0")) << t.tube;
-    EXPECT_EQ(t.urgent, count("state = 0 AND pri < 1024")) << t.tube;
-    EXPECT_EQ(t.delayed, count("state = 1")) << t.tube;
-    EXPECT_EQ(t.buried, count("state = 2")) << t.tube;
-    EXPECT_EQ(t.reserved, count("state = 4")) << t.tube;
-  }
+  for (const TubeCount& t : *counts) ExpectTheTableCounts(t);
   ASSERT_TRUE(Apply(**again, Mutation::Insert(Job(5000))).ok());  // tube t, ready
   auto t = (*again)->CountJobs("t");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
