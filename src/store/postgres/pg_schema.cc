@@ -15,7 +15,8 @@ namespace {
 // their meaning). Bytes a client chose (body, key, spec, errors, timer name
 // and definition) are bytea, so they come back byte for byte whatever their
 // encoding. `shard` leads the primary keys, so a distributed PostgreSQL can
-// distribute the tables by it; `jobs_id` finds a job by id alone. The
+// distribute the tables by it; `jobs_id` finds a job by id alone (until
+// version 9, whose key of jobs leads with id). The
 // due-time index is over delayed jobs only, keyed by due minute then id, as
 // on SQLite: each minute is one insertion front.
 constexpr const char* kMigrations[] = {
@@ -388,6 +389,21 @@ CREATE TRIGGER job_counts_delete AFTER DELETE ON jobs REFERENCING OLD TABLE AS o
 CREATE TRIGGER job_counts_truncate AFTER TRUNCATE ON jobs
   FOR EACH STATEMENT EXECUTE FUNCTION delayd_truncate_counts();
 ANALYZE jobs;
+)sql",
+    // Version 9. One index of jobs finds a job by id: the primary key is
+    // (id, shard) instead of (shard, id) beside `jobs_id` (id). Every row
+    // version a state change writes (put, promotion, claim, release) had
+    // an entry in both, since no state change is a HOT update; now it has
+    // one (doc/store.md). No statement walks the key by shard alone: an
+    // owner's work by shard goes through jobs_due, jobs_held and jobs_push,
+    // and a lookup by (shard, id) is one probe of the new key. `shard`
+    // stays in the key, so a distributed PostgreSQL can still distribute
+    // jobs by it (doc/cluster.md).
+    R"sql(
+LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE jobs DROP CONSTRAINT jobs_pkey;
+DROP INDEX jobs_id;
+ALTER TABLE jobs ADD PRIMARY KEY (id, shard);
 )sql",
 };
 

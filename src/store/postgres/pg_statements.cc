@@ -169,7 +169,7 @@ std::vector<Statement> Statements() {
        change_types},
       // Jobs by id ($1), each only on its version (the same index of $2)
       // when that is not NULL; the ids deleted come back (Batcher::Delete).
-      // `id=ANY` finds each through jobs_id: a join with unnest($1, $2)
+      // `id=ANY` finds each through the primary key (id, shard): a join with unnest($1, $2)
       // was planned as a scan of the table (4 ms a statement).
       {"delete",
        "DELETE FROM jobs j WHERE j.id=ANY($1::int8[]) AND coalesce(j.ver=($2::int8[])"

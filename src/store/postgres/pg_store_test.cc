@@ -174,7 +174,7 @@ TEST_F(PgStoreTest, TheColumnOrderMigrationKeepsEveryRowAndItsCounts) {
       "run_at_ms, reserves, timeouts, releases, buries, kicks, key, spec, attempt_log, "
       "last_error, body, ver, reserved_by, deadline_ms, push";
   ASSERT_TRUE(db_.Exec(
-      "DELETE FROM delayd_schema WHERE version = 8; DROP TABLE jobs; "
+      "DELETE FROM delayd_schema WHERE version >= 8; DROP TABLE jobs; "
       "CREATE TABLE jobs AS SELECT (i % 16)::int2 AS shard, i::int8 AS id, 't' || (i % 3) AS "
       "tube, (i % 2000)::int8 AS pri, (i % 5)::int2 AS state, (i * 7)::int8 AS due_ms, (i / "
       "60)::int8 AS due_min, 10::int8 AS delay_ms, 1000::int8 AS ttr_ms, i::int8 AS created_ms, "
@@ -212,7 +212,12 @@ TEST_F(PgStoreTest, TheColumnOrderMigrationKeepsEveryRowAndItsCounts) {
   EXPECT_EQ(Query("SELECT count(*) FROM pg_class WHERE relname = 'jobs' AND 'fillfactor=70' = "
                   "ANY(reloptions)"),
             1);
-  EXPECT_EQ(Query("SELECT count(*) FROM pg_indexes WHERE tablename = 'jobs'"), 10);
+  // Version 9: one index finds a job by id, the primary key (id, shard).
+  EXPECT_EQ(Query("SELECT count(*) FROM pg_indexes WHERE tablename = 'jobs'"), 9);
+  EXPECT_EQ(Query("SELECT count(*) FROM pg_indexes WHERE tablename = 'jobs' AND indexname = "
+                  "'jobs_pkey' AND indexdef LIKE '%UNIQUE INDEX jobs_pkey ON public.jobs USING "
+                  "btree (id, shard)'"),
+            1);
   // The rows were the same, so the counts kept before are still true, and
   // the triggers keep them as the new table changes.
   auto counts = (*again)->CountJobs(std::nullopt);
@@ -224,7 +229,15 @@ TEST_F(PgStoreTest, TheColumnOrderMigrationKeepsEveryRowAndItsCounts) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_EQ(t->size(), 1u);
   EXPECT_EQ((*t)[0].ready, 1u);
-  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id = 5000"), 1) << "found by jobs_id";
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE id = 5000"), 1);
+  // A job is found by its id alone through the key, not by a walk of the table.
+  ASSERT_TRUE(
+      db_.Exec("CREATE FUNCTION plan_of(q text) RETURNS SETOF text LANGUAGE plpgsql AS "
+               "$f$ BEGIN RETURN QUERY EXECUTE 'EXPLAIN ' || q; END $f$"))
+      << db_.error();
+  EXPECT_EQ(Query("SELECT count(*) FROM plan_of('SELECT body FROM jobs WHERE id = 17') p WHERE "
+                  "p LIKE '%Index Scan using jobs_pkey on jobs%'"),
+            1);
 }
 
 // A cluster node that keeps running while another migrates the database
@@ -240,7 +253,7 @@ TEST_F(PgStoreTest, AStoreRunningThroughTheColumnOrderMigrationWritesOn) {
   for (uint64_t id = 1; id <= 3; ++id) {
     ASSERT_TRUE(Apply(**running, Mutation::Insert(Job(id))).ok());
   }
-  ASSERT_TRUE(db_.Exec("DELETE FROM delayd_schema WHERE version = 8")) << db_.error();
+  ASSERT_TRUE(db_.Exec("DELETE FROM delayd_schema WHERE version >= 8")) << db_.error();
   const int64_t table = Query("SELECT 'jobs'::regclass::oid::int8");
   auto upgraded = node("b");
   ASSERT_TRUE(upgraded.ok()) << upgraded.status().ToString();
