@@ -12,10 +12,13 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "store/postgres/pg_leases.h"
 #include "store/postgres/pg_schema.h"
+#include "store/postgres/pg_statements.h"
 #include "store/postgres/pg_store.h"
 #include "store/testing/inbox.h"
 #include "store/testing/pg_node.h"
@@ -178,15 +181,29 @@ class ClusterStoreTest : public ::testing::Test {
   }
 
   // What a fenced write of shard 0 by `owner` at `epoch` does first (the
-  // store's "fence" statement), in a transaction left open until EndFence.
+  // store's "lock_leases" and "fence" statements), in a transaction left
+  // open until EndFence.
   PGconn* HoldFence(const std::string& owner, int64_t epoch) {
     PGconn* w = PQconnectdb(db_.uri().c_str());
     EXPECT_EQ(PQstatus(w), CONNECTION_OK);
     PQclear(PQexec(w, "BEGIN"));
-    PGresult* r = PQexec(w, ("SELECT 1 FROM shard_leases WHERE shard=0 AND owner='" + owner +
-                             "' AND epoch=" + std::to_string(epoch) + " FOR KEY SHARE")
-                                .c_str());
-    EXPECT_EQ(PQntuples(r), 1);
+    // The store's own statements, in its order: the lock, then the check.
+    auto run = [&](const char* name, std::vector<std::string> params) {
+      for (const pg::Statement& st : pg::Statements()) {
+        if (std::string_view(st.name) != name) continue;
+        std::vector<const char*> values;
+        for (const std::string& p : params) values.push_back(p.c_str());
+        return PQexecParams(w, st.sql.c_str(), static_cast<int>(values.size()), nullptr,
+                            values.data(), nullptr, nullptr, 0);
+      }
+      ADD_FAILURE() << "no statement " << name;
+      return static_cast<PGresult*>(nullptr);
+    };
+    PGresult* r = run("lock_leases", {"{0}"});
+    EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQerrorMessage(w);
+    PQclear(r);
+    r = run("fence", {"0", owner, std::to_string(epoch)});
+    EXPECT_EQ(PQntuples(r), 1) << PQerrorMessage(w);
     PQclear(r);
     return w;
   }
@@ -950,6 +967,46 @@ TEST_F(ClusterStoreTest, AFencedWriteInFlightHoldsOffTheNextOwnerUntilItCommits)
   EXPECT_EQ(Get(*a, j.id).state, StoredState::kDelayed);
   EXPECT_TRUE(Apply(*b, Mutation::Promote(b->Fence(0), {j.id}, kNow)).ok());
   EXPECT_EQ(Get(*a, j.id).state, StoredState::kReady);
+}
+
+// The other order: a take in flight holds the shard's lock exclusive, so
+// the old owner's write waits for it, and once the take commits the write
+// reads the new epoch and is refused, changing nothing. (A write that read
+// the lease before it locked would pass on the old epoch.)
+TEST_F(ClusterStoreTest, AWriteThatWaitedForATakeIsRefusedOnceTheTakeCommits) {
+  auto a = Start("a");
+  a->Round();
+  const store::change::Fence fence = a->Fence(0);
+  ASSERT_GT(fence.epoch, 0);
+  JobRecord j = Job(1, "h", 0, StoredState::kDelayed, kNow);
+  while (a->store->ShardOf(j) != 0) ++j.id;
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(j)).ok());
+
+  PGconn* take = PQconnectdb(db_.uri().c_str());
+  ASSERT_EQ(PQstatus(take), CONNECTION_OK);
+  PGresult* r = PQexec(take, fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}, 0); UPDATE "
+                                         "shard_leases SET owner = 'b', epoch = epoch + 1 WHERE "
+                                         "shard = 0",
+                                         pg::kShardLockClass)
+                                 .c_str());
+  ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(take);
+  PQclear(r);
+
+  Status write;
+  std::thread writer([&] { write = Apply(*a, Mutation::Promote(fence, {j.id}, kNow)); });
+  // The write waits for the shard's lock.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (Query(fmt::format("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT "
+                           "granted AND classid = {} AND objid = 0",
+                           pg::kShardLockClass)) == "0") {
+    ASSERT_LT(Clock::now(), deadline) << "the write did not wait for the take";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  PQclear(PQexec(take, "COMMIT"));
+  PQfinish(take);
+  writer.join();
+  EXPECT_TRUE(Fenced(write)) << write.ToString();
+  EXPECT_EQ(Get(*a, j.id).state, StoredState::kDelayed);
 }
 
 // The owner's renewal never waits for its own fenced writes in flight: a

@@ -1,8 +1,11 @@
 #include "store/postgres/pg_leases.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+
+#include "store/postgres/pg_schema.h"
 
 namespace delayd::store::pg {
 
@@ -10,28 +13,38 @@ namespace {
 
 // Lease times are PostgreSQL's (now()); `$2::float8 * interval '1 millisecond'` is a
 // length in ms.
-// The rows are locked in shard order (see the header's lock order).
 constexpr const char* kSeen =
-    "INSERT INTO nodes (id, seen_at) VALUES ($1, now()) "
-    "ON CONFLICT (id) DO UPDATE SET seen_at = now()";
+    "INSERT INTO nodes (id, seen_at, fencing) VALUES ($1, now(), 2) "
+    "ON CONFLICT (id) DO UPDATE SET seen_at = now(), fencing = 2";
+// The leases this node holds that have not run out. A take locks only
+// leases that ran out, FOR UPDATE SKIP LOCKED, and never waits: a renewal
+// that meets one waits for its commit and then passes the row by (its owner
+// changed). Nothing else locks lease rows, so no lock order is needed.
+// (Until 2026-11-26 the renewal locked its rows in shard order first, since
+// fenced writes key-share locked them; that lock was a WAL record a row.)
 constexpr const char* kRenew =
-    "UPDATE shard_leases l SET expires_at = now() + $2::float8 * interval '1 millisecond' "
-    "FROM (SELECT shard FROM shard_leases WHERE owner = $1 AND expires_at > now() "
-    "      ORDER BY shard FOR NO KEY UPDATE) r "
-    "WHERE l.shard = r.shard RETURNING l.shard::int8, l.epoch";
+    "UPDATE shard_leases SET expires_at = now() + $2::float8 * interval '1 millisecond' "
+    "WHERE owner = $1 AND expires_at > now() RETURNING shard::int8, epoch";
+// Live nodes, shards, and live nodes of a build that fences by row locks
+// (schema version 9 in pg_schema.cc).
 constexpr const char* kCount =
-    "SELECT (SELECT count(*) FROM nodes "
-    "        WHERE seen_at > now() - $1::float8 * interval '1 millisecond'), "
-    "       (SELECT count(*) FROM shard_leases)";
+    "SELECT count(*), (SELECT count(*) FROM shard_leases), "
+    "       count(*) FILTER (WHERE fencing IS NULL) FROM nodes "
+    "WHERE seen_at > now() - $1::float8 * interval '1 millisecond'";
 // Free shards, and shards whose lease ran out (a stalled or dead owner,
 // this node among them), lowest first; SKIP LOCKED leaves those another
-// node is taking at this moment to it.
-constexpr const char* kTake =
+// node is taking at this moment to it. A shard whose advisory lock
+// (kShardLockClass) a fenced write holds is passed by this round: taken
+// exclusive, the lock keeps the old owner's next write waiting until this
+// round commits, and that write then reads the new epoch and is refused
+// (pg_statements.cc, kFence). Tried only on the shards the subquery chose.
+constexpr const char* kTakeFormat =
     "UPDATE shard_leases l SET owner = $1, epoch = l.epoch + 1, "
     "  expires_at = now() + $2::float8 * interval '1 millisecond' "
     "FROM (SELECT shard FROM shard_leases WHERE owner IS NULL OR expires_at <= now() "
     "      ORDER BY shard LIMIT $3 FOR UPDATE SKIP LOCKED) f "
-    "WHERE l.shard = f.shard RETURNING l.shard::int8, l.epoch";
+    "WHERE l.shard = f.shard AND pg_try_advisory_xact_lock({}, f.shard::int4) "
+    "RETURNING l.shard::int8, l.epoch";
 constexpr const char* kRelease =
     "UPDATE shard_leases SET owner = NULL, epoch = epoch + 1, expires_at = '-infinity' "
     "WHERE owner = $1 AND shard = ANY($2)";
@@ -94,11 +107,21 @@ Result<std::vector<Lease>> PgLeaseTable::Round() {
   if (!counts.ok()) return fail(counts.status());
   const int64_t live = std::max<int64_t>(1, GetInt(counts->get(), 0, 0));
   const int64_t shards = GetInt(counts->get(), 0, 1);
+  const int64_t older = GetInt(counts->get(), 0, 2);
   const int64_t share = (shards + live - 1) / live;
   const int64_t have = static_cast<int64_t>(held.size());
-  if (have < share) {
+  if (older > 0 && !older_build_seen_) {
+    spdlog::warn(
+        "cluster: {} node(s) of an older delayd build are running; they fence writes "
+        "differently, so this node takes no shard until they stop (doc/cluster.md, "
+        "\"Upgrades\")",
+        older);
+  }
+  older_build_seen_ = older > 0;
+  if (have < share && older == 0) {
+    static const std::string take = fmt::format(kTakeFormat, kShardLockClass);
     auto taken =
-        c.Query(kTake, Params().Bytes(me).Int(lease).Int(share - have), {kText, kInt8, kInt8});
+        c.Query(take, Params().Bytes(me).Int(lease).Int(share - have), {kText, kInt8, kInt8});
     if (!taken.ok()) return fail(taken.status());
     AddLeases(*taken, held);
   }

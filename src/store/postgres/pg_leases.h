@@ -2,10 +2,10 @@
 // shard_leases and nodes, made by pg_schema.cc), on a connection of its own
 // (store/lease_table.h says what each call does).
 //
-// Lock order: a round renews its leases in shard order, as a batch of
-// fenced writes locks them (PgStore's lock_leases), so that renewing while
-// this node's writer holds some of them waits for its commit instead of
-// deadlocking with it.
+// Fencing: a round takes a shard only with the shard's advisory lock
+// exclusive (kShardLockClass in pg_schema.h), which a fenced write in
+// flight holds shared (PgStore's lock_leases); renewals take no such lock
+// and never wait for a write.
 #pragma once
 
 #include <memory>
@@ -36,6 +36,7 @@ class PgLeaseTable final : public LeaseTable {
   const std::string conninfo_;
   const LeaseOptions options_;
   std::unique_ptr<PgConn> conn_;
+  bool older_build_seen_ = false;  // said once while they run
 };
 
 }  // namespace delayd::store::pg

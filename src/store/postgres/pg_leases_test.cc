@@ -218,5 +218,25 @@ TEST_F(LeasesTest, ConcurrentRoundsNeverTakeAShardFromALiveOwner) {
   ExpectOneOwnerEach({nodes[0].get(), nodes[1].get(), nodes[2].get()});
 }
 
+// A live node of a build that fences by row locks (no `fencing` in its
+// nodes row) would take a shard without waiting for this build's advisory
+// lock, so while one lives this build takes no shard; it renews what it
+// holds, and takes its share once the older node is gone.
+TEST_F(LeasesTest, ThisBuildTakesNoShardWhileANodeOfAnOlderBuildLives) {
+  auto a = Start("a");
+  a->Round();
+  ASSERT_EQ(a->held.size(), static_cast<size_t>(kShards));
+  ASSERT_TRUE(a->leases->Leave().ok());
+  ASSERT_TRUE(db_.Exec("INSERT INTO nodes (id, seen_at) VALUES ('old', now())")) << db_.error();
+  auto b = Start("b");
+  b->Round();
+  EXPECT_TRUE(b->held.empty()) << "took " << b->held.size() << " shards beside an older node";
+  ASSERT_TRUE(db_.Exec("UPDATE nodes SET seen_at = now() - interval '1 hour' WHERE id = 'old'"))
+      << db_.error();
+  b->Round();
+  EXPECT_EQ(b->held.size(), static_cast<size_t>(kShards));
+  ExpectOneOwnerEach({b.get()});
+}
+
 }  // namespace
 }  // namespace delayd::store::pg

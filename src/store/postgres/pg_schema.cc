@@ -399,11 +399,17 @@ ANALYZE jobs;
     // and a lookup by (shard, id) is one probe of the new key. `shard`
     // stays in the key, so a distributed PostgreSQL can still distribute
     // jobs by it (doc/cluster.md).
+    // Also: each node says how it fences its writes. `fencing` 2: by the
+    // shard's advisory lock (kShardLockClass); NULL: a node of an older
+    // build, which locks lease rows and whose takes would not wait for an
+    // advisory lock, so nodes of this build take no shard while one lives
+    // (pg_leases.cc). An older build no longer starts on this schema.
     R"sql(
 LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE jobs DROP CONSTRAINT jobs_pkey;
 DROP INDEX jobs_id;
 ALTER TABLE jobs ADD PRIMARY KEY (id, shard);
+ALTER TABLE nodes ADD COLUMN IF NOT EXISTS fencing smallint;
 )sql",
 };
 

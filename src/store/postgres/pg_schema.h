@@ -19,6 +19,15 @@ int SchemaVersion();
 // count the database has. A database of a newer version is an error.
 Status Migrate(PgConn& conn, int shards, int* shards_out);
 
+// The advisory lock that fences a shard, as two int4 (classid "dels",
+// objid the shard). An owner's write holds it shared from before it reads
+// the shard's lease until it commits (the store's lock_leases); a take of
+// the lease by another node must get it exclusive (pg_leases.cc), so it
+// passes the shard by while a write is in flight, and the next write of the
+// old owner, which locks first and then reads, finds the new epoch. Unlike
+// a row lock, it writes nothing to the WAL (doc/cluster.md, "Fencing").
+constexpr int32_t kShardLockClass = 0x64656c73;
+
 // A job's shard: from its key when it has one, so that the unique index
 // on (shard, tube, key) holds across all shards; else from its id. A job
 // never moves.

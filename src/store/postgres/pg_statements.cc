@@ -7,6 +7,7 @@
 
 #include "store/job_record.h"
 #include "store/postgres/pg_rows.h"
+#include "store/postgres/pg_schema.h"
 
 namespace delayd::store::pg {
 namespace {
@@ -29,22 +30,23 @@ std::string Qualified(std::string_view columns, std::string_view table) {
   return out;
 }
 
-// The lease rows a fenced write locks (FOR KEY SHARE, until it commits)
-// and requires: every shard of $1 held by node $2 at the epoch of the same
-// index of $3 (`h.held`: all of them, else the write changes nothing). A
-// new owner's take of a shard locks its row FOR UPDATE, which conflicts, so
-// it passes the shard by until the write commits, and a write after the
-// take finds no such row. The owner's own renewal (FOR NO KEY UPDATE, of
-// expires_at) does not conflict: with FOR SHARE each renewal waited for the
-// batch in flight and the next batch queued behind the renewal, stalling
-// the writer for up to seconds under load. The write's statement then
-// reports one row when every fence held (none: refused) and announces the
-// tubes it made ready. One statement serves every shard an owner holds:
-// one per shard cost the writer a statement per due job, since jobs due
-// within a millisecond rarely share one of 256 shards (doc/cluster.md).
+// The leases a fenced write requires: every shard of $1 held by node $2 at
+// the epoch of the same index of $3 (`h.held`: all of them, else the write
+// changes nothing). The batch locked each shard's advisory lock shared
+// before this statement began (lock_leases), so what it reads is the lease
+// as it stands until the commit: a new owner's take needs the lock
+// exclusive and passes the shard by meanwhile, and a take that committed
+// before the lock was granted is seen here, and the write refused. (Until
+// 2026-11-26 the write locked the lease rows FOR KEY SHARE: a WAL record a
+// row and transaction, 92 bytes a due job.) The write's statement
+// then reports one row when every fence held (none: refused) and
+// announces the tubes it made ready. One statement serves every shard an
+// owner holds: one per shard cost the writer a statement per due job, since
+// jobs due within a millisecond rarely share one of 256 shards
+// (doc/cluster.md).
 constexpr const char* kFence =
     "WITH f AS (SELECT shard FROM shard_leases WHERE owner=$2 AND (shard, epoch) IN (SELECT * "
-    "FROM unnest($1::int8[], $3::int8[])) FOR KEY SHARE), h AS (SELECT count(*) = "
+    "FROM unnest($1::int8[], $3::int8[]))), h AS (SELECT count(*) = "
     "cardinality($1::int8[]) AS held FROM f), ";
 // The notices of the rows `p` made ready (those of `p`'s rows that `ready`,
 // a condition on them, holds for); the statement that follows names `n`
@@ -242,11 +244,12 @@ std::vector<Statement> Statements() {
       {"timer_advance",
        "UPDATE timers SET next_fire_ms=$3, last_fire_ms=$4 WHERE shard=$1 AND id=$2",
        {kInt8, kInt8, kInt8, kInt8}},
-      // Cluster mode: the lease an owner's write requires (as kFence), checked
-      // on its own before a write whose own failure must read differently (a
-      // timer's advance: the timer may be gone). A row when it holds.
+      // Cluster mode: the lease an owner's write requires (as kFence, after
+      // lock_leases), checked on its own before a write whose own failure
+      // must read differently (a timer's advance: the timer may be gone). A
+      // row when it holds.
       {"fence",
-       "SELECT 1 FROM shard_leases WHERE shard=$1 AND owner=$2 AND epoch=$3 FOR KEY SHARE",
+       "SELECT 1 FROM shard_leases WHERE shard=$1 AND owner=$2 AND epoch=$3",
        {kInt8, kText, kInt8}},
       {"fire_insert",
        "INSERT INTO timer_fires (shard, timer_id, fire_ms, job_id, outcome, at_ms) "
@@ -270,11 +273,14 @@ std::vector<Statement> Statements() {
        "(extract(epoch FROM backend_start) * 1000000)::int8=$3)",
        {kText, kInt8, kInt8}},
       {"get", Select(kJobColumns, "FROM jobs WHERE id=$1"), {kInt8}},
-      // The lease rows a batch's fenced writes will lock, locked first and
-      // in shard order, as a lease round locks its own (pg_leases.cc): two
-      // transactions that lock rows in one order never deadlock.
+      // The shards a batch's fenced writes name, each advisory lock taken
+      // shared (kShardLockClass) in a statement before theirs, so that they
+      // read the leases as of after the lock. Shared locks never wait for
+      // each other, and a take only tries for the exclusive one.
       {"lock_leases",
-       "SELECT shard FROM shard_leases WHERE shard=ANY($1) ORDER BY shard FOR KEY SHARE",
+       fmt::format("SELECT pg_advisory_xact_lock_shared({}, s::int4) FROM (SELECT DISTINCT s "
+                   "FROM unnest($1::int8[]) AS u(s) ORDER BY s) o",
+                   kShardLockClass),
        {pg::kInt8Array}},
       {"best_ready",
        Select(kJobColumns,
