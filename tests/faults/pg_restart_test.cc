@@ -200,6 +200,41 @@ TEST(PgRestartTest, ACrashOfPostgresLosesNoAcknowledgedJobAndDelaydRecoversByIts
   check_all("after a restart of delayd");
 }
 
+// A cluster node's counts (stats, topic counts) come from job_counts and the
+// deltas not folded into it yet, which live in an unlogged table: a crash
+// of PostgreSQL empties it. The next fold finds its mark gone and counts the
+// jobs again, so once delayd is back the counts equal what was acknowledged.
+// The last puts come just before the crash, inside the fold's second.
+TEST(PgRestartTest, AClusterNodesCountsAreTrueAgainAfterACrashOfPostgres) {
+  OwnPostgres pg;
+  auto node = DelaydServer::Node(pg.uri());
+  Client c(node->port());
+  auto delayed = [&] { return Field(c.Cmd("stats"), "current-jobs-delayed"); };
+  auto put = [&](int n) {
+    for (int i = 0; i < n; ++i) ASSERT_GT(c.Put("counted", 0, 3600), 0u);
+  };
+  put(40);
+  ASSERT_TRUE(WaitUntil([&] { return delayed() == "40"; }, std::chrono::seconds(10)))
+      << "folded: " << delayed();
+  put(25);
+  ASSERT_EQ(pg.Crash(), 0);
+  ASSERT_EQ(pg.Recover(), 0);
+  std::string seen;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const std::string stats = c.Cmd("stats");
+        seen = stats.rfind("OK ", 0) == 0 ? Field(stats, "current-jobs-delayed") : stats;
+        return seen == "65";
+      },
+      std::chrono::seconds(20)))
+      << "current-jobs-delayed: " << seen;
+  // And they go on counting: a put once the writer is back (it may still
+  // be waiting to reconnect) is counted.
+  ASSERT_TRUE(WaitUntil([&] { return c.Cmd("put 0 3600 60 1\r\nx").rfind("INSERTED ", 0) == 0; },
+                        std::chrono::seconds(20)));
+  EXPECT_TRUE(WaitUntil([&] { return delayed() == "66"; }, std::chrono::seconds(10))) << delayed();
+}
+
 // Another session locks the jobs table, so every read of it waits. A peek
 // of a job beyond the horizon needs such a read: its reply waits for the
 // lock. The event loop does not: other clients are served from memory in
