@@ -222,9 +222,12 @@ std::vector<Statement> Statements() {
        "INSERT INTO tubes (name, pause_ms, unpause_ms, settings) VALUES ($1, 0, 0, $2) "
        "ON CONFLICT (name) DO UPDATE SET settings=excluded.settings",
        {kText, kBytea}},
+      // The ids as an array, so that each is found through the primary key:
+      // `id IN (SELECT ...)` was planned as a hash join over a scan of the
+      // whole table.
       {"purge",
-       fmt::format("DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state=3 AND "
-                   "done_ms<$1 ORDER BY done_ms LIMIT {})",
+       fmt::format("DELETE FROM jobs WHERE id=ANY(ARRAY(SELECT id FROM jobs WHERE state=3 AND "
+                   "done_ms<$1 ORDER BY done_ms LIMIT {}))",
                    kPurgeChunk),
        {kInt8}},
       {"set_next",
