@@ -243,6 +243,43 @@ TEST(PgRestartTest, AClusterNodesCountsAreTrueAgainAfterACrashOfPostgres) {
       << "current-jobs-delayed: " << seen;
 }
 
+// PostgreSQL crashes and comes back while delayd has nothing to write. Its
+// connections were closed by the server meanwhile; the first write after
+// finds that out before it sends anything (a batch sent on a closed
+// connection would have its outcome in doubt, and a put in doubt is
+// answered as failed). So a put made once the server is back is answered
+// INSERTED and is in the table, on a single node and on a cluster node.
+TEST(PgRestartTest, APutMadeOnceAnIdlePostgresIsBackIsKept) {
+  auto check = [](OwnPostgres& pg, const DelaydServer& server) {
+    Client c(server.port());
+    ASSERT_GT(c.Put("before"), 0u);
+    ASSERT_EQ(pg.Crash(), 0);
+    ASSERT_EQ(pg.Recover(), 0);
+    Client after(server.port());
+    const std::string reply = after.Cmd("put 0 0 60 5\r\nafter");
+    ASSERT_EQ(reply.rfind("INSERTED ", 0), 0u) << reply << "\n" << server.log();
+    PGconn* db = PQconnectdb(pg.uri().c_str());
+    const std::string id = std::to_string(std::stoull(reply.substr(9)));
+    PGresult* r = PQexec(db, ("SELECT body FROM jobs WHERE id = " + id).c_str());
+    ASSERT_EQ(PQntuples(r), 1) << PQerrorMessage(db);
+    EXPECT_EQ(std::string(PQgetvalue(r, 0, 0), PQgetlength(r, 0, 0)), "\\x6166746572");
+    PQclear(r);
+    PQfinish(db);
+  };
+  {
+    SCOPED_TRACE("single node");
+    OwnPostgres pg;
+    DelaydServer server(MakeTempDir("delayd-pg-idle") + "/data", {"--store", pg.uri()});
+    check(pg, server);
+  }
+  {
+    SCOPED_TRACE("cluster node");
+    OwnPostgres pg;
+    auto node = DelaydServer::Node(pg.uri());
+    check(pg, *node);
+  }
+}
+
 // Another session locks the jobs table, so every read of it waits. A peek
 // of a job beyond the horizon needs such a read: its reply waits for the
 // lock. The event loop does not: other clients are served from memory in

@@ -1,6 +1,7 @@
 #include "store/postgres/pg_conn.h"
 
 #include <endian.h>
+#include <poll.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -160,6 +161,18 @@ Result<std::unique_ptr<PgConn>> PgConn::Connect(const std::string& conninfo, con
 }
 
 bool PgConn::ok() const { return PQstatus(conn_) == CONNECTION_OK; }
+
+bool PgConn::StillOpen() {
+  // A session's end arrives as a FATAL error (which libpq, idle, takes for
+  // a notice), then the end of the stream, which a read after it finds and
+  // which breaks the connection. Each read takes what has arrived.
+  for (int reads = 0; reads < 4 && ok(); ++reads) {
+    pollfd p{.fd = PQsocket(conn_), .events = POLLIN, .revents = 0};
+    if (poll(&p, 1, 0) <= 0) return true;  // nothing (more) arrived
+    if (PQconsumeInput(conn_) == 0) return false;
+  }
+  return ok();
+}
 
 Status PgConn::Reconnect() {
   PQreset(conn_);

@@ -104,6 +104,12 @@ class PgConn {
   PGconn* get() { return conn_; }
   // Whether the connection is still usable (it may have broken since).
   bool ok() const;
+  // Whether an idle connection is still usable, as far as can be told
+  // without a round trip: a server that ended the session (it crashed or
+  // restarted, or the session was terminated) has said so or closed the
+  // socket, which this reads. A batch sent on such a connection would have
+  // its outcome in doubt; found out before, it is sent on a new one.
+  bool StillOpen();
   // Drops the connection and connects again.
   Status Reconnect();
 

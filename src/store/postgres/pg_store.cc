@@ -95,7 +95,10 @@ class PgStore::Link {
 
   // The connection, connected and prepared, or why it is not.
   Result<PgConn*> Get() {
-    if (conn_ && conn_->ok()) return conn_.get();
+    if (conn_ && conn_->ok()) {
+      if (conn_->StillOpen()) return conn_.get();
+      spdlog::info("postgres: the server closed the idle {} connection; connecting again", role_);
+    }
     const auto now = std::chrono::steady_clock::now();
     if (now < retry_at_) return Status::IoError(last_error_);
     Status s = Connect();
