@@ -6,21 +6,12 @@
 
 namespace delayd::cluster {
 
-namespace {
-
-int64_t SteadyUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 Member::Member(std::unique_ptr<store::LeaseTable> table, MemberOptions options, Executor executor,
                LeasesFn on_leases)
     : table_(std::move(table)),
       lease_ms_(table_->options().lease_ms),
       options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : TheSystemClock()),
       executor_(std::move(executor)),
       on_leases_(std::move(on_leases)) {}
 
@@ -79,6 +70,8 @@ Status Member::Leave() {
   return s;
 }
 
+// The rounds' pace is kept on the condition variable's steady clock; what a
+// lease's validity is counted on is clock_ (RoundNow).
 void Member::Loop() {
   const auto interval = std::chrono::microseconds(lease_ms_ * 1000 / 3);
   auto next = std::chrono::steady_clock::now();
@@ -104,7 +97,7 @@ void Member::Loop() {
 }
 
 void Member::RoundNow() {
-  const int64_t start_us = SteadyUs();
+  const int64_t start_us = clock_.SteadyMicros();
   Result<std::vector<store::Lease>> held = table_->Round();
   ++rounds_;
   std::vector<store::Lease> hand;
@@ -129,7 +122,7 @@ void Member::RoundNow() {
     // Valid until the last good round's start plus a lease; if the next
     // round might not end before then, hold nothing from now on.
     const int64_t until_us = good_start_us_ + lease_ms_ * 1000;
-    if (good_start_us_ != 0 && SteadyUs() + lease_ms_ * 1000 / 3 < until_us) return;
+    if (good_start_us_ != 0 && clock_.SteadyMicros() + lease_ms_ * 1000 / 3 < until_us) return;
   }
   if (handed_any_ && hand == handed_) return;
   handed_ = hand;

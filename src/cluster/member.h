@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/executor.h"
 #include "common/status.h"
 #include "store/lease_table.h"
@@ -39,6 +40,10 @@ namespace delayd::cluster {
 struct MemberOptions {
   std::string beanstalk = {};
   std::string http = {};
+  // The steady time a lease's validity is counted on; null: the system's.
+  // Read on the member's thread, so it must be safe to read from any
+  // thread, and outlive the member.
+  const Clock* clock = nullptr;
 };
 
 struct MemberStats {
@@ -83,6 +88,7 @@ class Member {
   const std::unique_ptr<store::LeaseTable> table_;
   const int64_t lease_ms_;
   const MemberOptions options_;
+  const Clock& clock_;
   const Executor executor_;
   const LeasesFn on_leases_;
 

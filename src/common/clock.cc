@@ -14,4 +14,9 @@ int64_t SystemClock::SteadyMicros() const {
   return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
 }
 
+const Clock& TheSystemClock() {
+  static const SystemClock clock;
+  return clock;
+}
+
 }  // namespace delayd

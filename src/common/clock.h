@@ -27,6 +27,9 @@ class SystemClock final : public Clock {
   int64_t SteadyMicros() const override;
 };
 
+// The system's clock, for a component given none (safe from any thread).
+const Clock& TheSystemClock();
+
 // A clock that moves only when told. Not thread-safe: tests drive it from the
 // thread that owns the component under test.
 class ManualClock final : public Clock {

@@ -163,7 +163,8 @@ Status Server::OpenStore() {
          .node_id = node_id_,
          .owner_name = fmt::format(
              "{} pid {}", node_id_.empty() ? DefaultNodeId(config_.beanstalk) : node_id_, getpid()),
-         .linger_us = node_id_.empty() ? 0 : kHeldLingerUs},
+         .linger_us = node_id_.empty() ? 0 : kHeldLingerUs,
+         .clock = &clock_},
         std::move(post));
     if (!store.ok()) return store.status();
     store_ = std::move(store).value();
@@ -425,7 +426,7 @@ Status Server::StartCluster(const std::string& beanstalk, const std::string& htt
                                              {.node_id = node_id_, .lease_ms = config_.lease_ms});
   if (!table.ok()) return table.status();
   auto member = cluster::Member::Start(
-      std::move(table).value(), {.beanstalk = beanstalk, .http = http},
+      std::move(table).value(), {.beanstalk = beanstalk, .http = http, .clock = &clock_},
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); },
       [this](std::vector<store::Lease> held) {
         // One value for every part that acts as an owner.

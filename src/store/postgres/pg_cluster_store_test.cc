@@ -38,9 +38,10 @@ class ClusterStoreTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_FALSE(db_.uri().empty()) << db_.error(); }
 
-  std::unique_ptr<Node> Start(const std::string& id, int64_t lease_ms = 60'000) {
+  std::unique_ptr<Node> Start(const std::string& id, int64_t lease_ms = 60'000,
+                              const delayd::Clock* clock = nullptr) {
     auto node = std::make_unique<Node>();
-    node->Open(db_.uri(), id, kShards, lease_ms, inbox_.executor());
+    node->Open(db_.uri(), id, kShards, lease_ms, inbox_.executor(), clock);
     return node;
   }
 
@@ -669,6 +670,32 @@ TEST_F(ClusterStoreTest, TheOwnerPromotesDueJobsAndEveryNodeHearsOfThem) {
   std::set<uint64_t> odd;
   for (uint64_t id = 1; id <= 41; id += 2) odd.insert(id);
   EXPECT_EQ(due, odd);
+}
+
+// Which delayed jobs a batch announces is decided on the store's clock: a
+// job due within due_notice_ms of its time is, one due later is not, and
+// the system's time does not enter into it.
+TEST_F(ClusterStoreTest, TheDueNoticeWindowIsMeasuredOnTheStoresClock) {
+  // Months ahead of the system's time: the window of a store on the system
+  // clock would hold neither job.
+  ManualClock clock(kNow * 1000);
+  auto a = Start("a", 60'000, &clock);
+  auto heard = Listening(*a);
+  ASSERT_NE(heard, nullptr);
+  ASSERT_TRUE(
+      Apply(*a, Mutation::Insert(Job(1, "w", 0, StoredState::kDelayed, kNow + 1'000))).ok());
+  ASSERT_TRUE(
+      Apply(*a, Mutation::Insert(Job(2, "w", 0, StoredState::kDelayed, kNow + 120'000))).ok());
+  ASSERT_TRUE(Apply(*a, Mutation::Insert(Job(3, "w"))).ok());
+  ASSERT_TRUE(WaitFor(*heard, [](const Notice& n) { return n.kind == Notice::Kind::kDue; }));
+  // Notices come in commit order: by job 3's, every due notice was heard.
+  ASSERT_TRUE(WaitFor(*heard, Ready("w")));
+  std::lock_guard lock(heard->mu);
+  std::set<uint64_t> due;
+  for (const Notice& n : heard->notices) {
+    if (n.kind == Notice::Kind::kDue) due.insert(n.id);
+  }
+  EXPECT_EQ(due, std::set<uint64_t>{1});
 }
 
 // A promotion that serves the owner's own waiters: per tube asked for, its

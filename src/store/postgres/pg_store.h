@@ -1,7 +1,10 @@
 // PgStore: the Store on PostgreSQL (libpq). The schema is created and
 // migrated on open (pg_schema.h); every table of jobs and timers carries a
 // shard number (doc/store.md). Its SQL is in pg_statements.h, its rows'
-// layout and readers in pg_rows.h.
+// layout and readers in pg_rows.h, its connections in pg_link.h; the write
+// path (a batch's commit, the sync, the settle of a batch in doubt) is in
+// pg_commit.cc with pg_batcher.h, the SharedQueue side in
+// pg_shared_queue.cc, the rest in pg_store.cc.
 //
 // Threads and connections, each connection used by one thread only:
 //   - the CommitQueue's writer commits each batch in one transaction with
@@ -41,9 +44,11 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/executor.h"
 #include "store/commit_queue.h"
 #include "store/postgres/pg_conn.h"
+#include "store/postgres/pg_link.h"
 #include "store/postgres/pg_listener.h"
 #include "store/shared_queue.h"
 #include "store/store.h"
@@ -71,6 +76,9 @@ struct PgOptions {
   // how many of its folds pass between vacuums of job_deltas (FoldCounts).
   int64_t fold_counts_ms = 1000;
   uint64_t vacuum_deltas_every = 10;
+  // The wall time the due notices' window is measured from; null: the
+  // system's. It must outlive the store.
+  const Clock* clock = nullptr;
 };
 
 class PgStore final : public Store, public SharedQueue, private CommitQueue::Backend {
@@ -131,11 +139,9 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   void TakeTimerId(std::function<void(Result<uint64_t>)> done) override;
 
  private:
-  // A connection with its prepared statements, reconnected when it broke.
-  class Link;
-  // A connection and the one thread that uses it, running work in order.
-  class Lane;
-  class Batcher;
+  using Link = pg::Link;
+  using Lane = pg::Lane;
+  using Session = pg::Session;
 
   PgStore(PgOptions options, Executor executor);
   Status Commit(CommitQueue::Batch& batch) override;  // writer thread
@@ -156,6 +162,7 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
               std::function<void(Result<T>)> done);
 
   PgOptions options_;
+  const Clock& clock_;
   int shards_ = 0;
   std::unique_ptr<Link> writer_;  // writer thread only (and Open before it starts)
   std::unique_ptr<Link> syncer_;  // syncer thread only
@@ -174,14 +181,6 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   // The writer's server process when it last sent a COMMIT (Settle).
   std::atomic<int> committing_pid_{0};
   std::atomic<int> committing_port_{-1};  // its connection's local port
-  // A link's connection: its server process, and when that process started
-  // (µs since the epoch), which together name a session no restart of the
-  // server gives again; and how often the link had connected.
-  struct Session {
-    uint64_t connects = 0;
-    int pid = 0;
-    int64_t start_us = 0;
-  };
   // The writer's session of its latest batch (Sync says why).
   Session writer_session() const;
   void set_writer_session(const Session& w);
@@ -199,5 +198,14 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
 
   CommitQueue queue_;  // last: its threads use everything above
 };
+
+template <class T>
+void PgStore::Answer(Lane& lane, std::function<Result<T>(pg::PgConn&)> run,
+                     std::function<void(Result<T>)> done) {
+  auto out = std::make_shared<Result<T>>(Status::Internal("postgres: not run"));
+  Aside(
+      lane, [&lane, out, run = std::move(run)] { *out = lane.Use(run); },
+      [out, done = std::move(done)] { done(std::move(*out)); });
+}
 
 }  // namespace delayd::store

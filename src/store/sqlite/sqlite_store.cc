@@ -15,90 +15,21 @@
 #include <utility>
 
 #include "common/overloaded.h"
+#include "store/sqlite/sqlite_checkpointer.h"
+#include "store/sqlite/sqlite_db.h"
+#include "store/sqlite/sqlite_schema.h"
 
 namespace delayd::store {
+
+using sqlite::Checkpointer;
+using sqlite::Exec;
+using sqlite::MakeSchema;
+using sqlite::OpenDb;
+using sqlite::SqlError;
+using sqlite::Stmt;
+using sqlite::StoreError;
+
 namespace {
-
-// The SQL below names stored states by these numbers (state=1 is delayed);
-// they are on disk, so they never change.
-static_assert(static_cast<int>(StoredState::kReady) == 0);
-static_assert(static_cast<int>(StoredState::kDelayed) == 1);
-static_assert(static_cast<int>(StoredState::kBuried) == 2);
-static_assert(static_cast<int>(StoredState::kDone) == 3);
-
-// The schema. `jobs_due` is a partial index over delayed jobs only, keyed by
-// due minute then id: ids rise, so each minute is a single insertion front and
-// a batch dirties few index pages even when due times arrive in random order.
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS jobs (
-  id         INTEGER PRIMARY KEY,
-  tube       TEXT    NOT NULL,
-  pri        INTEGER NOT NULL,
-  state      INTEGER NOT NULL,
-  due_ms     INTEGER NOT NULL,
-  due_min    INTEGER NOT NULL,
-  delay_ms   INTEGER NOT NULL,
-  ttr_ms     INTEGER NOT NULL,
-  created_ms INTEGER NOT NULL,
-  reserves   INTEGER NOT NULL,
-  timeouts   INTEGER NOT NULL,
-  releases   INTEGER NOT NULL,
-  buries     INTEGER NOT NULL,
-  kicks      INTEGER NOT NULL,
-  body       BLOB    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS jobs_due ON jobs(due_min, id) WHERE state = 1;
-CREATE TABLE IF NOT EXISTS tubes (
-  name       TEXT PRIMARY KEY,
-  pause_ms   INTEGER NOT NULL,
-  unpause_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS meta (
-  key   TEXT PRIMARY KEY,
-  value INTEGER NOT NULL
-);
-)sql";
-
-// Columns added after the first release (0.1.0); a database from then gets
-// them on open. NULL stands for "none", so plain jobs cost no bytes for them.
-constexpr const char* kAddedColumns[][2] = {
-    {"jobs", "key TEXT"},          {"jobs", "spec TEXT"},       {"jobs", "attempt_log TEXT"},
-    {"jobs", "last_error TEXT"},   {"jobs", "done_ms INTEGER"}, {"tubes", "settings TEXT"},
-    {"jobs", "run_at_ms INTEGER"},
-};
-
-// Indexes over the added columns. Done jobs are purged in finish order, so
-// `jobs_done` grows at one front like `jobs_due`.
-constexpr const char* kIndexes = R"sql(
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_key ON jobs(tube, key) WHERE key IS NOT NULL;
-CREATE INDEX IF NOT EXISTS jobs_done ON jobs(done_ms) WHERE state = 3;
--- The console's lists: dead letters, and jobs by their error text, in id
--- order without reading every job (bench/console).
-CREATE INDEX IF NOT EXISTS jobs_buried ON jobs(id) WHERE state = 2;
-CREATE INDEX IF NOT EXISTS jobs_erred ON jobs(id) WHERE last_error IS NOT NULL;
-)sql";
-
-// Recurring timers and the fires they handled. The primary key of
-// timer_fires makes "one fire per fire time" a property of the store too.
-constexpr const char* kTimerSchema = R"sql(
-CREATE TABLE IF NOT EXISTS timers (
-  id           INTEGER PRIMARY KEY,
-  name         TEXT    NOT NULL UNIQUE,
-  definition   TEXT    NOT NULL,
-  next_fire_ms INTEGER NOT NULL,
-  last_fire_ms INTEGER NOT NULL,
-  created_ms   INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS timers_next ON timers(next_fire_ms) WHERE next_fire_ms > 0;
-CREATE TABLE IF NOT EXISTS timer_fires (
-  timer_id INTEGER NOT NULL,
-  fire_ms  INTEGER NOT NULL,
-  job_id   INTEGER NOT NULL,
-  outcome  TEXT    NOT NULL,
-  at_ms    INTEGER NOT NULL,
-  PRIMARY KEY (timer_id, fire_ms)
-) WITHOUT ROWID;
-)sql";
 
 constexpr const char* kTimerColumns =
     "id, name, definition, next_fire_ms, last_fire_ms, created_ms";
@@ -109,87 +40,6 @@ constexpr const char* kJobColumns =
 
 // Done jobs removed per purge statement, so a purge never holds the writer long.
 constexpr int64_t kPurgeChunk = 20'000;
-
-// A failed SQLite call `rc` as a Status: a full disk is NoSpace, which
-// clients may retry once space returns; any other failure an IoError.
-Status StoreError(int rc, std::string message) {
-  if ((rc & 0xff) == SQLITE_FULL) return Status::NoSpace(std::move(message));
-  return Status::IoError(std::move(message));
-}
-
-Status SqlError(sqlite3* db, const char* what) {
-  return StoreError(sqlite3_extended_errcode(db), std::string(what) + ": " + sqlite3_errmsg(db));
-}
-
-Status Exec(sqlite3* db, const char* sql) {
-  char* err = nullptr;
-  if (int rc = sqlite3_exec(db, sql, nullptr, nullptr, &err); rc != SQLITE_OK) {
-    Status s = StoreError(rc, std::string(sql).substr(0, 40) + ": " + (err ? err : "?"));
-    sqlite3_free(err);
-    return s;
-  }
-  return Status::Ok();
-}
-
-// A prepared statement, reset after each use.
-class Stmt {
- public:
-  Stmt() = default;
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-  ~Stmt() { sqlite3_finalize(stmt_); }
-
-  Status Prepare(sqlite3* db, const std::string& sql) {
-    db_ = db;
-    if (sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr) !=
-        SQLITE_OK) {
-      return SqlError(db, "prepare");
-    }
-    return Status::Ok();
-  }
-  sqlite3_stmt* get() { return stmt_; }
-  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  void Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
-  }
-  void BindBlob(int i, const std::string& v) {
-    sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
-  }
-  // Binds text, or NULL when empty.
-  void BindOptional(int i, const std::string& v) {
-    if (v.empty()) {
-      sqlite3_bind_null(stmt_, i);
-    } else {
-      Bind(i, v);
-    }
-  }
-  // Runs a statement that returns no rows.
-  // A constraint violation (a taken key or name) is a Conflict; any other
-  // failure an IoError.
-  Status Run(const char* what) {
-    int rc = sqlite3_step(stmt_);
-    Status s = rc == SQLITE_DONE ? Status::Ok() : SqlError(db_, what);
-    if ((rc & 0xff) == SQLITE_CONSTRAINT) {
-      s = Status::Conflict(std::string(what) + ": " + sqlite3_errmsg(db_));
-    }
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-    return s;
-  }
-  // Steps a query: true while there is a row; resets at the end or on error.
-  bool Step(Status* status) {
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc != SQLITE_DONE) *status = SqlError(db_, "query");
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-    return false;
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-  sqlite3_stmt* stmt_ = nullptr;
-};
 
 // Binds the five counters to parameters first .. first + 4.
 void BindCounters(Stmt& st, int first, const JobCounters& c) {
@@ -278,25 +128,6 @@ auto ReadRows(Stmt& q, Read read) -> Result<std::vector<decltype(read(q.get()))>
 
 Result<std::vector<TimerRecord>> ReadTimers(Stmt& q) { return ReadRows(q, ReadTimer); }
 Result<std::vector<JobRecord>> ReadJobs(Stmt& q) { return ReadRows(q, ReadJob); }
-
-Status OpenDb(const std::string& path, int cache_kib, sqlite3** db) {
-  int rc = sqlite3_open_v2(
-      path.c_str(), db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    Status s = Status::IoError("open " + path + ": " + (*db ? sqlite3_errmsg(*db) : "?"));
-    sqlite3_close(*db);
-    *db = nullptr;
-    return s;
-  }
-  sqlite3_busy_timeout(*db, 5000);
-  // Checkpoints are the store's own (SqliteStore::OnCommit), not SQLite's
-  // automatic ones after a commit.
-  std::string pragmas =
-      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; "
-      "PRAGMA cache_size=-" +
-      std::to_string(cache_kib) + ";";
-  return Exec(*db, pragmas.c_str());
-}
 
 }  // namespace
 
@@ -392,10 +223,7 @@ SqliteStore::SqliteStore(SqliteOptions options, Executor executor)
 Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteOptions options, Executor executor) {
   std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(options), std::move(executor)));
   Status s = OpenDb(store->options_.path, store->options_.write_cache_kib, &store->write_db_);
-  if (s.ok()) s = Exec(store->write_db_, kSchema);
-  if (s.ok()) s = store->AddMissingColumns();
-  if (s.ok()) s = Exec(store->write_db_, kIndexes);
-  if (s.ok()) s = Exec(store->write_db_, kTimerSchema);
+  if (s.ok()) s = MakeSchema(store->write_db_);
   // A damaged file shows up here rather than at the first write.
   if (s.ok()) s = Exec(store->write_db_, "SELECT count(*) FROM meta");
   if (s.ok()) s = OpenDb(store->options_.path, store->options_.read_cache_kib, &store->read_db_);
@@ -408,11 +236,11 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteOptions options, Ex
   store->log_path_ = std::string(sqlite3_db_filename(store->write_db_, "main")) + "-wal";
   // A VFS may read URI parameters after a name: end it with several NULs.
   store->log_name_ = store->log_path_ + std::string(4, '\0');
-  s = OpenDb(store->options_.path, kCheckpointCacheKib, &store->checkpoint_db_);
-  if (!s.ok()) return s;
-  sqlite3_wal_hook(store->write_db_, &SqliteStore::OnCommit, store.get());
+  auto checkpointer = Checkpointer::Start(store->options_.path);
+  if (!checkpointer.ok()) return checkpointer.status();
+  store->checkpointer_ = std::move(checkpointer).value();
+  sqlite3_wal_hook(store->write_db_, &Checkpointer::Hook, store->checkpointer_.get());
   store->queue_.Start();
-  store->checkpointer_ = std::thread([p = store.get()] { p->CheckpointerLoop(); });
   return store;
 }
 
@@ -420,27 +248,9 @@ SqliteStore::~SqliteStore() {
   Close();
   write_stmts_.reset();
   read_stmts_.reset();
-  sqlite3_close(checkpoint_db_);
+  checkpointer_.reset();
   sqlite3_close(read_db_);
   sqlite3_close(write_db_);  // the last connection: checkpoints all, removes the log
-}
-
-Status SqliteStore::AddMissingColumns() {
-  for (const auto& [table, column] : kAddedColumns) {
-    std::string name(column, std::string_view(column).find(' '));
-    Stmt q;
-    Status s = q.Prepare(write_db_, std::string("SELECT 1 FROM pragma_table_info('") + table +
-                                        "') WHERE name='" + name + "'");
-    if (!s.ok()) return s;
-    bool present = false;
-    while (q.Step(&s)) present = true;
-    if (!s.ok()) return s;
-    if (!present) {
-      s = Exec(write_db_, (std::string("ALTER TABLE ") + table + " ADD COLUMN " + column).c_str());
-      if (!s.ok()) return s;
-    }
-  }
-  return Status::Ok();
 }
 
 Result<Recovered> SqliteStore::Recover(int64_t horizon_minute) {
@@ -524,99 +334,6 @@ void SqliteStore::Submit(Mutation m, Done done) { queue_.Submit(std::move(m), st
 
 void SqliteStore::SubmitAll(std::vector<Mutation> ms, Done done) {
   queue_.SubmitAll(std::move(ms), std::move(done));
-}
-
-// A checkpoint copies each page of the log into the database once, however
-// often it changed since the last one. The due-minute index rewrites the same
-// few pages in every batch, so checkpointing every 10,000 pages (about 40 MiB
-// of log) rather than SQLite's 1,000 cut the writer's work: 135k -> 155-189k
-// puts/s with delays spread over an hour (bench/run's put phase, this 2-core
-// machine). Made by the writer after its commit, as SQLite does by default, a
-// checkpoint stopped every commit for its copy and two syncs: up to 274 ms on
-// this disk, which made the jobs due meanwhile that late (bench/durability).
-//
-// So a thread of its own checkpoints, beside the writer. The log restarts
-// from its beginning only once a checkpoint has copied all of it, and the
-// writer keeps adding to it meanwhile; so after each of the checkpointer's
-// passes the writer copies the little that is left itself, at its next
-// commit, and the log restarts at the commit after. Should the checkpointer
-// fall kWriterCheckpointPages behind, the writer copies it all, and says so.
-int SqliteStore::OnCommit(void* self, sqlite3* db, const char* name, int pages) {
-  auto* store = static_cast<SqliteStore*>(self);
-  // `pages` counts the whole log, copied or not; these marks say which part
-  // is new. A smaller count means the log restarted from its beginning.
-  int& requested = store->checkpoint_requested_at_;
-  int& copied = store->checkpoint_copied_at_;
-  if (pages < requested) requested = 0;
-  if (pages < copied) copied = 0;
-  if (store->finish_checkpoint_.exchange(false)) {
-    if (sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr) ==
-        SQLITE_BUSY) {
-      store->finish_checkpoint_ = true;  // the checkpointer is at it again: next commit
-    } else {
-      copied = requested = pages;
-    }
-  } else if (pages - copied >= kWriterCheckpointPages) {
-    const auto start = std::chrono::steady_clock::now();
-    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-    spdlog::warn("store: the checkpointer fell {} pages behind; the writer checkpointed in {} ms",
-                 pages - copied,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::steady_clock::now() - start)
-                     .count());
-    copied = requested = pages;
-  } else if (pages - requested >= kCheckpointPages) {
-    {
-      std::lock_guard lock(store->checkpoint_mu_);
-      store->checkpoint_wanted_ = true;
-    }
-    store->checkpoint_cv_.notify_one();
-    requested = pages;
-  }
-  return SQLITE_OK;
-}
-
-void SqliteStore::CheckpointerLoop() {
-  // Copying pages is the most CPU this store spends at once (up to 10 ms a
-  // pass). At the process's priority it held the event loop off a core for
-  // 2-5 ms at a time, and jobs due then came that late (perf sched showed
-  // the loop runnable, waiting behind this thread); at the lowest priority
-  // the loop takes the core back at once. Starved on a saturated machine, it
-  // falls behind and the writer checkpoints instead (OnCommit).
-  if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kCheckpointerNice) != 0) {
-    spdlog::warn("store: cannot lower the checkpointer thread's priority");
-  }
-  for (;;) {
-    {
-      std::unique_lock lock(checkpoint_mu_);
-      checkpoint_cv_.wait(lock, [&] { return checkpoint_wanted_ || checkpoint_stopping_; });
-      if (checkpoint_stopping_) return;
-      checkpoint_wanted_ = false;
-    }
-    int rc = sqlite3_wal_checkpoint_v2(checkpoint_db_, "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
-                                       nullptr);
-    if (rc == SQLITE_OK) {
-      // SQLite syncs the database file only when a checkpoint copies the
-      // whole log, which only the writer's finishing pass does: it would
-      // sync everything this pass copied (up to 40 MiB) while every commit
-      // waits (2-5 ms a time, every second under 10k deletes/s; the due jobs
-      // of those milliseconds came that late). Synced here, beside the
-      // writer, that pass has only its own few pages left to sync.
-      sqlite3_file* db_file = nullptr;
-      if (sqlite3_file_control(checkpoint_db_, "main", SQLITE_FCNTL_FILE_POINTER, &db_file) ==
-              SQLITE_OK &&
-          db_file != nullptr && db_file->pMethods != nullptr) {
-        if (int sync_rc = db_file->pMethods->xSync(db_file, SQLITE_SYNC_NORMAL);
-            sync_rc != SQLITE_OK) {
-          // The writer's pass syncs it all then, as SQLite does by itself.
-          spdlog::warn("store: checkpoint: sync of the database file: {}", sqlite3_errstr(sync_rc));
-        }
-      }
-      finish_checkpoint_ = true;  // whatever the writer added meanwhile
-    } else if (rc != SQLITE_BUSY) {
-      spdlog::warn("store: checkpoint: {}", sqlite3_errmsg(checkpoint_db_));
-    }
-  }
 }
 
 Status SqliteStore::Sync() {
@@ -1030,12 +747,7 @@ StoreStats SqliteStore::stats() const { return queue_.stats(); }
 void SqliteStore::Close() {
   queue_.Close();  // everything committed, synced and answered
   CloseLogFile();
-  {
-    std::lock_guard lock(checkpoint_mu_);
-    checkpoint_stopping_ = true;
-  }
-  checkpoint_cv_.notify_one();
-  if (checkpointer_.joinable()) checkpointer_.join();
+  if (checkpointer_) checkpointer_->Stop();
 }
 
 }  // namespace delayd::store

@@ -8,16 +8,13 @@
 // covers the whole log, so a power cut loses only commits after the last
 // sync. Reads use a second connection and must come from one thread (the
 // engine's). A third connection checkpoints the log into the database on a
-// thread of its own, so the writer does not stop for it.
+// thread of its own, so the writer does not stop for it
+// (sqlite_checkpointer.h). The schema is in sqlite_schema.h.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "common/executor.h"
 #include "store/commit_queue.h"
@@ -27,6 +24,9 @@ struct sqlite3;
 struct sqlite3_file;
 
 namespace delayd::store {
+namespace sqlite {
+class Checkpointer;
+}  // namespace sqlite
 
 struct SqliteOptions {
   std::string path;             // the database file
@@ -80,11 +80,7 @@ class SqliteStore final : public Store, private CommitQueue::Backend {
   Status Sync() override;  // syncs the write-ahead log: every commit so far is durable
   Status ApplyOne(const CommitQueue::Submission& p, uint64_t* max_id);
   Status Apply(const Mutation& m, uint64_t* max_id);
-  void CheckpointerLoop();
-  // SQLite's hook after each commit of the writer, with the log's size.
-  static int OnCommit(void* self, sqlite3* db, const char* name, int pages);
   void CloseLogFile();
-  Status AddMissingColumns();
 
   SqliteOptions options_;
   sqlite3* write_db_ = nullptr;  // writer thread only (and Open/Recover before it starts)
@@ -97,21 +93,9 @@ class SqliteStore final : public Store, private CommitQueue::Backend {
   std::string log_name_;  // the same, as a VFS name; outlives log_file_
   std::unique_ptr<sqlite3_file, void (*)(sqlite3_file*)> log_file_{nullptr, nullptr};  // syncer
 
-  // Checkpoints, beside the writer (OnCommit).
-  static constexpr int kCheckpointPages = 10'000;
-  static constexpr int kWriterCheckpointPages = 4 * kCheckpointPages;
-  static constexpr int kCheckpointerNice = 19;  // the lowest CPU priority
-  static constexpr int kCheckpointCacheKib = 2048;
-  sqlite3* checkpoint_db_ = nullptr;  // checkpointer thread only
-  std::mutex checkpoint_mu_;
-  std::condition_variable checkpoint_cv_;
-  bool checkpoint_wanted_ = false;    // guarded by checkpoint_mu_
-  bool checkpoint_stopping_ = false;  // guarded by checkpoint_mu_
-  // Set by the checkpointer when the writer should copy what its pass left.
-  std::atomic<bool> finish_checkpoint_{false};
-  int checkpoint_requested_at_ = 0;  // writer: log pages when it last asked for a checkpoint
-  int checkpoint_copied_at_ = 0;     // writer: log pages all copied by then
-  std::thread checkpointer_;
+  // Checkpoints, beside the writer (sqlite_checkpointer.h); closed after
+  // the writer's connection is done with it.
+  std::unique_ptr<sqlite::Checkpointer> checkpointer_;
 
   CommitQueue queue_;  // last: its threads use everything above
 };

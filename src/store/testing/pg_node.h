@@ -45,11 +45,13 @@ struct PgNode {
   std::unique_ptr<LeaseTable> leases;
   std::map<int, int64_t> held;  // shard -> epoch, after the last round
 
-  // Opens the store and the lease table; a failure fails the test.
+  // Opens the store (on `clock`, null: the system's) and the lease table;
+  // a failure fails the test.
   void Open(const std::string& uri, std::string node_id, int shards, int64_t lease_ms,
-            Executor executor) {
+            Executor executor, const Clock* clock = nullptr) {
     id = std::move(node_id);
-    auto s = PgStore::Open({.conninfo = uri, .shards = shards, .node_id = id}, std::move(executor));
+    auto s = PgStore::Open({.conninfo = uri, .shards = shards, .node_id = id, .clock = clock},
+                           std::move(executor));
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store = std::move(s).value();
     leases = OpenLeaseTable(uri, {.node_id = id, .lease_ms = lease_ms});
