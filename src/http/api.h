@@ -2,6 +2,12 @@
 // stats, the OpenAPI document and health. Routes are data (Routes()), so a
 // test can check that the OpenAPI document covers every one.
 //
+// One class, its handlers in a file per resource: router.cc (the table, the
+// checks every request passes, dispatch), problem.cc (answers and
+// problems), job_api.cc, pull_api.cc, topic_api.cc (with stats),
+// timer_api.cc, bulk_api.cc, forecast.cc, metrics_page.cc; api.cc the rest
+// (construction, console files, readiness).
+//
 // Threading: event loop thread only (the engine's).
 #pragma once
 
@@ -99,12 +105,12 @@ class Api final : public Handler {
     RouteSpec spec;
     void (*handle)(Api&, Call&);
   };
+  // router.cc
   static const std::vector<Route>& Table();
   void Dispatch(const Route& route, Call& c);
   // `reply`, recording the time until it is called in the route's histogram.
   Reply Timed(const RouteSpec& spec, Reply reply);
-  // The topic as GET /v1/topics/{topic} shows it (the cluster's in cluster mode).
-  void ReplyTopic(Reply reply, const std::string& name);
+  // job_api.cc
   void SubmitJobs(Call& c);
   void GetJob(Call& c);
   void PatchJob(Call& c);
@@ -113,8 +119,12 @@ class Api final : public Handler {
   void ListJobs(Call& c);
   void Action(Call& c, const std::string& action);
   void Attempts(Call& c);
+  // pull_api.cc
   void Reserve(Call& c);
   void Settle(Call& c, engine::Engine::Settle how);
+  // topic_api.cc
+  // The topic as GET /v1/topics/{topic} shows it (the cluster's in cluster mode).
+  void ReplyTopic(Reply reply, const std::string& name);
   void ListTopics(Call& c);
   void GetTopic(Call& c);
   void PutTopic(Call& c);
@@ -123,6 +133,7 @@ class Api final : public Handler {
   void Forecast(Call& c);          // forecast.cc
   void DeadLetterGroups(Call& c);  // bulk_api.cc
   void MetricsPage(Call& c);       // metrics_page.cc
+  // api.cc
   void ConsoleFile(Call& c, std::string_view name);
   void Ready(Call& c);
   // timer_api.cc
@@ -166,6 +177,10 @@ class Api final : public Handler {
   std::map<std::string, CachedForecast> forecasts_;
 };
 
+// A problem+json response (RFC 9457) of `status`, its type
+// https://delayd.dev/problems/<slug>, naming the refused `field` if any.
+Response Problem(int status, const char* slug, const std::string& title, const std::string& detail,
+                 const std::string& field = "");
 // A problem+json response (RFC 9457) for a failed status. A store failure's
 // text is logged under a request id, which the response gives instead.
 Response ProblemResponse(const Status& s);

@@ -117,4 +117,15 @@ Status CheckTopicName(const std::string& name) {
   return Status::Ok();
 }
 
+std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (;;) {
+    size_t end = s.find(sep, start);
+    out.push_back(s.substr(start, end - start));
+    if (end == s.npos) return out;
+    start = end + 1;
+  }
+}
+
 }  // namespace delayd::http

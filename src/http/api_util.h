@@ -18,6 +18,8 @@ namespace delayd::http {
 
 using Query = std::vector<std::pair<std::string, std::string>>;
 
+// `s` cut at each `sep` (n separators make n + 1 parts, empty ones kept).
+std::vector<std::string_view> Split(std::string_view s, char sep);
 // The request body as JSON; an empty body is an error when `required`, else {}.
 Result<nlohmann::json> ParseBody(const Request& req, bool required);
 std::optional<std::string> QueryValue(const Query& q, std::string_view name);
