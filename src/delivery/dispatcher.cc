@@ -179,7 +179,7 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
   req.headers.push_back("Delayd-Attempt: " + std::to_string(lease.attempt));
   req.headers.push_back("Delayd-Due-At: " + FormatRfc3339Ms(lease.due_ms));
   if (!lease.key.empty()) req.headers.push_back("Delayd-Key: " + HeaderSafe(lease.key));
-  if (std::optional<engine::TimerFire> fire = engine::ParseTimerFireKey(lease.key)) {
+  if (std::optional<engine::FireOfKey> fire = engine::ParseTimerFireKey(lease.key)) {
     // A catch-up fire after downtime is due now; its fire time says which it was.
     req.headers.push_back("Delayd-Timer-Id: " + std::to_string(fire->timer_id));
     req.headers.push_back("Delayd-Fire-At: " + FormatRfc3339Ms(fire->fire_ms));

@@ -19,18 +19,19 @@ inline std::string TimerFireKey(uint64_t timer_id, int64_t fire_ms) {
   return std::string(kTimerKeyPrefix) + std::to_string(timer_id) + ":" + std::to_string(fire_ms);
 }
 
-struct TimerFire {
+// The timer and fire time a timer fire's job key names.
+struct FireOfKey {
   uint64_t timer_id = 0;
   int64_t fire_ms = 0;
 };
 
 // The timer and fire time a key names; nullopt for any other key.
-inline std::optional<TimerFire> ParseTimerFireKey(std::string_view key) {
+inline std::optional<FireOfKey> ParseTimerFireKey(std::string_view key) {
   if (key.substr(0, kTimerKeyPrefix.size()) != kTimerKeyPrefix) return std::nullopt;
   key.remove_prefix(kTimerKeyPrefix.size());
   const size_t colon = key.find(':');
   if (colon == key.npos) return std::nullopt;
-  TimerFire f;
+  FireOfKey f;
   const char* end = key.data() + colon;
   auto [p, ec] = std::from_chars(key.data(), end, f.timer_id);
   if (ec != std::errc() || p != end) return std::nullopt;

@@ -246,7 +246,7 @@ void WriteJobFields(JsonWriter& w, const engine::JobInfo& info) {
   w.Key("due_at").Time(r.due_ms);
   w.Key("run_at").Time(r.run_at_ms != 0 ? r.run_at_ms : r.due_ms);
   w.Key("timer");
-  if (std::optional<engine::TimerFire> fire = engine::ParseTimerFireKey(r.key)) {
+  if (std::optional<engine::FireOfKey> fire = engine::ParseTimerFireKey(r.key)) {
     w.BeginObject();
     w.Key("id").Uint(fire->timer_id);
     w.Key("fire_at").Time(fire->fire_ms);

@@ -1,6 +1,6 @@
 // TimerRecord and TimerFire: a recurring timer and the fires it handled, as
-// the store keeps them. The engine owns their meaning; the store keeps the
-// definition as opaque text.
+// the store keeps them. The timer service (timer/) owns their meaning; the
+// store keeps the definition as opaque text.
 #pragma once
 
 #include <cstdint>
