@@ -68,7 +68,14 @@ const std::string kFenceEnd =
 // primary key: with `j.shard=ANY($1)` on the table rather than the array,
 // PostgreSQL 15's generic plan found each through jobs_due with only its
 // id, a scan of that whole index per job (0.7 ms a promotion of 3 jobs
-// among 50k delayed ones; bench/postgres's cost lines). `r` ranks them per
+// among 50k delayed ones; bench/postgres's cost lines). Both `d` and `p`
+// test `state+0=1`, which the partial index jobs_due (WHERE state=1)
+// cannot serve: with `state=1`, statistics taken while few jobs were
+// delayed (an idle hour, a drained backlog) made jobs_due look one row
+// long, and a plan scanned all of it in every promotion once a burst of
+// delayed jobs came (2.3 ms a promotion, 628 us of PostgreSQL's CPU a job
+// in one run of bench/postgres against 282 in the next).
+// `r` ranks them per
 // tube as a claim orders them and marks `mine` the best of each tube
 // waited for and not paused. `p` checks again that each row is still due
 // and delayed: a row another transaction changed since `d` read it is
@@ -81,7 +88,7 @@ std::string PromoteSql() {
   return fmt::format(
       "{}d AS (SELECT j.shard, j.id, j.tube, j.pri, j.push FROM jobs j JOIN unnest($4::int8[], "
       "$5::int8[]) AS u(shard, id) ON (j.shard, j.id)=(u.shard, u.id) WHERE u.shard=ANY($1) "
-      "AND j.state=1 AND j.due_ms<=$6 AND (SELECT held FROM h)), "
+      "AND j.state+0=1 AND j.due_ms<=$6 AND (SELECT held FROM h)), "
       "w AS (SELECT t.tube, t.n FROM unnest($7::text[], $8::int8[]) AS t(tube, n) WHERE NOT "
       "EXISTS (SELECT 1 FROM tubes z WHERE z.name=t.tube AND z.unpause_ms>$6)), "
       "r AS (SELECT d.shard, d.id, d.push=0 AND w.n IS NOT NULL AND row_number() OVER (PARTITION "
@@ -90,7 +97,7 @@ std::string PromoteSql() {
       "p AS (UPDATE jobs j SET state=CASE WHEN r.mine THEN 4 ELSE 0 END, ver=j.ver+1, "
       "reserved_by=CASE WHEN r.mine THEN $2 END, deadline_ms=CASE WHEN r.mine THEN $6+j.ttr_ms "
       "END, reserves=j.reserves+CASE WHEN r.mine THEN 1 ELSE 0 END FROM r WHERE (j.shard, "
-      "j.id)=(r.shard, r.id) AND j.state=1 AND j.due_ms<=$6 RETURNING r.mine, j.shard, {})"
+      "j.id)=(r.shard, r.id) AND j.state+0=1 AND j.due_ms<=$6 RETURNING r.mine, j.shard, {})"
       "{}SELECT {} FROM h LEFT JOIN (SELECT * FROM p WHERE mine) q ON true WHERE h.held AND {}",
       kFence, Qualified(kJobColumns, "j"), ReadyNotices("NOT mine"), Qualified(kJobColumns, "q"),
       kNoticesSent);

@@ -2,11 +2,13 @@
 // are not text, a lost connection. The Store contract is in store_test.cc.
 #include "store/postgres/pg_store.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 
@@ -730,6 +732,53 @@ TEST_F(PgStoreTest, NoStatementsGenericPlanScansTheJobsTable) {
   }
   PQfinish(c);
   EXPECT_GT(explained, 30u);
+}
+
+// Statistics taken while no job was delayed (an idle hour, a drained
+// backlog) say that no row has state 1, so a plan that scans every
+// delayed job looks one row long. A promotion must still find its jobs
+// by their primary key, whatever the statistics say, when a burst of
+// delayed jobs has come since: a scan of jobs_due would read all of them
+// at every tick.
+TEST_F(PgStoreTest, APromotionFindsItsJobsByKeyWhateverTheStatisticsSay) {
+  auto store = Open(16);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE(Apply(**store, Mutation::Insert(Job(1))).ok());
+  auto many = [&](int state, int64_t from) {
+    return db_.Exec(fmt::format(
+        "INSERT INTO jobs SELECT (jsonb_populate_record(j, jsonb_build_object('id', {1} + g, "
+        "'shard', g % 16, 'state', {0}, 'due_ms', g, 'due_min', g / 600))).* FROM jobs j, "
+        "generate_series(1, 20000) g WHERE j.id = 1",
+        state, from));
+  };
+  ASSERT_TRUE(db_.Exec("ALTER TABLE jobs SET (autovacuum_enabled = off)")) << db_.error();
+  ASSERT_TRUE(many(0, 100'000)) << db_.error();
+  ASSERT_TRUE(db_.Exec("ANALYZE jobs")) << db_.error();
+  ASSERT_TRUE(many(1, 200'000)) << db_.error();
+  for (const char* mode : {"force_generic_plan", "force_custom_plan"}) {
+    PGconn* c = PQconnectdb(db_.uri().c_str());
+    ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+    PQclear(PQexec(c, (std::string("SET plan_cache_mode = ") + mode).c_str()));
+    for (const pg::Statement& st : pg::Statements()) {
+      if (std::string_view(st.name) != "promote") continue;
+      PGresult* p =
+          PQprepare(c, st.name, st.sql.c_str(), static_cast<int>(st.types.size()), st.types.data());
+      ASSERT_EQ(PQresultStatus(p), PGRES_COMMAND_OK) << PQerrorMessage(c);
+      PQclear(p);
+    }
+    // Three of the delayed jobs, due; shards as "many" gave them.
+    PGresult* r = PQexec(c,
+                         "EXPLAIN EXECUTE promote('{0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}', "
+                         "'x', '{0}', '{1,2,3}', '{200001,200002,200003}', 999999, '{}', '{}')");
+    ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQerrorMessage(c);
+    std::string plan;
+    for (int i = 0; i < PQntuples(r); ++i) plan += std::string(PQgetvalue(r, i, 0)) + "\n";
+    PQclear(r);
+    PQfinish(c);
+    EXPECT_EQ(plan.find("jobs_due"), std::string::npos) << mode << ":\n" << plan;
+    EXPECT_EQ(plan.find("Seq Scan on jobs"), std::string::npos) << mode << ":\n" << plan;
+    EXPECT_NE(plan.find("jobs_pkey"), std::string::npos) << mode << ":\n" << plan;
+  }
 }
 
 }  // namespace
