@@ -1,13 +1,8 @@
 #include "store/sqlite/sqlite_store.h"
 
-#include <spdlog/spdlog.h>
 #include <sqlite3.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <optional>
