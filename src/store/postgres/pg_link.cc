@@ -48,7 +48,7 @@ Status Link::Connect() {
   // syncer's commit makes them durable (store/commit_queue.h).
   Status s =
       (*c)->Exec(durable_commits_ ? "SET synchronous_commit = on" : "SET synchronous_commit = off");
-  if (s.ok() && generic_plans_) s = (*c)->Exec("SET plan_cache_mode = force_generic_plan");
+  if (s.ok() && generic_plans_) s = (*c)->Exec(kGenericPlans);
   if (s.ok()) {
     auto me = (*c)->Query(
         "SELECT pid::int8, (extract(epoch FROM backend_start) * 1000000)::int8 FROM "

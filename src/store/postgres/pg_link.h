@@ -36,6 +36,20 @@ struct Session {
   int64_t start_us = 0;
 };
 
+// The settings of a link with `generic_plans` (Link). A generic plan is
+// made at a statement's first use from the table's size then, and kept
+// until its statistics change: the writer and the claimer connect when
+// delayd starts, often to an empty table, and a plan that found a scan of
+// an empty table cheapest went on scanning it whole for every claim,
+// update and delete once it held a backlog (a claim read all 20,000 jobs,
+// 3.3 ms), until autovacuum analyzed the table. These links run only
+// statements that find jobs by a key (PgStoreTest), so a sequential scan
+// is never their best plan; each statement names its keys as a condition
+// on the index (`id=ANY(...)`), not only through a join, so that no join
+// order walks a whole index either.
+inline constexpr const char* kGenericPlans =
+    "SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off";
+
 class Link {
  public:
   // The server shows the connection as application "delayd-<role>". A

@@ -74,8 +74,10 @@ const std::string kFenceEnd =
 // delayed (an idle hour, a drained backlog) made jobs_due look one row
 // long, and a plan scanned all of it in every promotion once a burst of
 // delayed jobs came (2.3 ms a promotion, 628 us of PostgreSQL's CPU a job
-// in one run of bench/postgres against 282 in the next).
-// `r` ranks them per
+// in one run of bench/postgres against 282 in the next). Both also name
+// the ids as `j.id=ANY($5)`, a condition on the key whatever the join
+// order: a plan made while the table looked empty walked the whole key
+// and joined each row (kGenericPlans). `r` ranks them per
 // tube as a claim orders them and marks `mine` the best of each tube
 // waited for and not paused. `p` checks again that each row is still due
 // and delayed: a row another transaction changed since `d` read it is
@@ -88,7 +90,7 @@ std::string PromoteSql() {
   return fmt::format(
       "{}d AS (SELECT j.shard, j.id, j.tube, j.pri, j.push FROM jobs j JOIN unnest($4::int8[], "
       "$5::int8[]) AS u(shard, id) ON (j.shard, j.id)=(u.shard, u.id) WHERE u.shard=ANY($1) "
-      "AND j.state+0=1 AND j.due_ms<=$6 AND (SELECT held FROM h)), "
+      "AND j.id=ANY($5) AND j.state+0=1 AND j.due_ms<=$6 AND (SELECT held FROM h)), "
       "w AS (SELECT t.tube, t.n FROM unnest($7::text[], $8::int8[]) AS t(tube, n) WHERE NOT "
       "EXISTS (SELECT 1 FROM tubes z WHERE z.name=t.tube AND z.unpause_ms>$6)), "
       "r AS (SELECT d.shard, d.id, d.push=0 AND w.n IS NOT NULL AND row_number() OVER (PARTITION "
@@ -97,7 +99,8 @@ std::string PromoteSql() {
       "p AS (UPDATE jobs j SET state=CASE WHEN r.mine THEN 4 ELSE 0 END, ver=j.ver+1, "
       "reserved_by=CASE WHEN r.mine THEN $2 END, deadline_ms=CASE WHEN r.mine THEN $6+j.ttr_ms "
       "END, reserves=j.reserves+CASE WHEN r.mine THEN 1 ELSE 0 END FROM r WHERE (j.shard, "
-      "j.id)=(r.shard, r.id) AND j.state+0=1 AND j.due_ms<=$6 RETURNING r.mine, j.shard, {})"
+      "j.id)=(r.shard, r.id) AND j.id=ANY($5) AND j.state+0=1 AND j.due_ms<=$6 RETURNING r.mine, "
+      "j.shard, {})"
       "{}SELECT {} FROM h LEFT JOIN (SELECT * FROM p WHERE mine) q ON true WHERE h.held AND {}",
       kFence, Qualified(kJobColumns, "j"), ReadyNotices("NOT mine"), Qualified(kJobColumns, "q"),
       kNoticesSent);
@@ -109,17 +112,20 @@ std::string PromoteSql() {
 // out: a pause committed through any node holds every claim made after it.
 // Consumers claim pull jobs (`push` 0, jobs_ready) of any shard ($5 NULL);
 // an owner claims push jobs (`push` 1, jobs_push) of its shards.
+// The update finds the rows chosen by their ids, an array computed once
+// before it (ids are unique), rather than by a join with the choice: a
+// plan made while the table looked empty walked the whole table and
+// joined each row (kGenericPlans).
 std::string ClaimSql(int push) {
   return fmt::format(
       "UPDATE jobs j SET state=4, ver=j.ver+1, reserved_by=$1, "
       "deadline_ms=$2+j.ttr_ms, reserves=j.reserves+1 "
-      "FROM (SELECT c.shard, c.id FROM unnest($3::text[]) AS t(name) "
-      "CROSS JOIN LATERAL (SELECT shard, id, pri FROM jobs WHERE state=0 AND push={} AND "
+      "WHERE j.id=ANY(ARRAY(SELECT c.id FROM unnest($3::text[]) AS t(name) "
+      "CROSS JOIN LATERAL (SELECT id, pri FROM jobs WHERE state=0 AND push={} AND "
       "tube=t.name AND ($5::int8[] IS NULL OR shard=ANY($5)) AND NOT EXISTS (SELECT 1 FROM "
       "tubes p WHERE p.name=t.name AND p.unpause_ms>$2) ORDER BY pri, id "
       "LIMIT $4 FOR UPDATE SKIP LOCKED) c "
-      "ORDER BY c.pri, c.id LIMIT $4) w "
-      "WHERE j.shard=w.shard AND j.id=w.id RETURNING {}",
+      "ORDER BY c.pri, c.id LIMIT $4)) RETURNING {}",
       push, Qualified(kJobColumns, "j"));
 }
 
@@ -311,6 +317,12 @@ std::vector<Statement> Statements() {
        {kText}},
       // 1 when this call folded, 0 when another fold was running.
       {"fold_counts", "SELECT delayd_fold_counts()::int::int8", {}},
+      // The live rows of jobs, when they are at least twice what its
+      // statistics say and at least $1 (PgStore::KeepStatistics).
+      {"jobs_grown",
+       "SELECT s.n_live_tup FROM pg_class c JOIN pg_stat_user_tables s ON s.relid=c.oid WHERE "
+       "c.oid='jobs'::regclass AND s.n_live_tup>=greatest(2*greatest(c.reltuples, 0), $1)",
+       {kInt8}},
       {"tubes",
        "SELECT name, pause_ms, unpause_ms, settings FROM tubes WHERE $1::text IS NULL OR name=$1",
        {kText}},

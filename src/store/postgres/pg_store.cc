@@ -91,7 +91,10 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(PgOptions options, Executor execu
   store->owner_checked_connects_ = store->syncer_->connects();
   store->queue_.Start();
   store->reads_->Every(std::chrono::milliseconds(store->options_.fold_counts_ms),
-                       [s = store.get()] { s->FoldCounts(); });
+                       [s = store.get()] {
+                         s->FoldCounts();
+                         s->KeepStatistics();
+                       });
   store->reads_->Start();
   if (store->shared() != nullptr) store->claims_->Start();
   return store;
@@ -349,6 +352,35 @@ void PgStore::FoldCounts() {
     spdlog::warn("postgres: folding the job counts: {}", s.message());
   }
   fold_failing_ = !s.ok();
+}
+
+// The reads lane's. PostgreSQL plans a prepared statement from the jobs
+// table's statistics and size when it is first used, and plans it again
+// only when the statistics change (ANALYZE, VACUUM). delayd prepares its
+// statements when it starts, often on an empty table, and autovacuum
+// analyzes a table only after a tenth of it changed and at most once a
+// minute, later still when its workers are busy with larger tables; meanwhile a
+// plan that found walking the table cheapest walks it for every use, however
+// large it has grown. So the store analyzes the table itself once it holds
+// twice the rows its statistics say, and at least options_.analyze_from_rows:
+// every session's plans over it are made again, and a backlog that grows
+// from nothing is analyzed about log2 of its size times. The hot statements
+// are bounded whatever the statistics (kGenericPlans); this covers the rest,
+// and the reads lane's plans. Another session analyzing it meanwhile is
+// left to finish (SKIP_LOCKED).
+void PgStore::KeepStatistics() {
+  auto grown = reads_->Use(
+      [&](PgConn& c) { return c.Run("jobs_grown", Params().Int(options_.analyze_from_rows)); });
+  Status s = grown.status();
+  if (s.ok() && PQntuples(grown->get()) == 1) {
+    const int64_t rows = pg::GetInt(grown->get(), 0, 0);
+    s = reads_->Use([](PgConn& c) { return c.Exec("ANALYZE (SKIP_LOCKED) jobs"); });
+    if (s.ok()) spdlog::info("postgres: the jobs table grew to about {} rows: analyzed it", rows);
+  }
+  if (!s.ok() && !statistics_failing_) {
+    spdlog::warn("postgres: keeping the jobs table's statistics: {}", s.message());
+  }
+  statistics_failing_ = !s.ok();
 }
 
 Result<std::optional<TimerRecord>> PgStore::GetTimer(uint64_t id) {

@@ -74,8 +74,12 @@ struct PgOptions {
   int64_t linger_us = 0;
   // How often this store folds the job count deltas into the counts, and
   // how many of its folds pass between vacuums of job_deltas (FoldCounts).
+  // At the same ticks it takes the jobs table's statistics again once the
+  // table holds at least twice the rows they say, and this many
+  // (KeepStatistics).
   int64_t fold_counts_ms = 1000;
   uint64_t vacuum_deltas_every = 10;
+  int64_t analyze_from_rows = 1000;
   // The wall time the due notices' window is measured from; null: the
   // system's. It must outlive the store.
   const Clock* clock = nullptr;
@@ -188,11 +192,14 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   Session writer_session_;               // guarded by writer_session_mu_
   uint64_t synced_writer_connects_ = 0;  // syncer thread: at the last sync
 
-  // The job count deltas folded into the counts (migration 7), on the
-  // reads lane every options_.fold_counts_ms.
+  // The job count deltas folded into the counts (migration 7), and the
+  // jobs table's statistics kept up with its growth, on the reads lane
+  // every options_.fold_counts_ms.
   void FoldCounts();
-  uint64_t folds_ = 0;         // reads lane: folds made
-  bool fold_failing_ = false;  // reads lane
+  void KeepStatistics();
+  uint64_t folds_ = 0;               // reads lane: folds made
+  bool fold_failing_ = false;        // reads lane
+  bool statistics_failing_ = false;  // reads lane
 
   std::unique_ptr<pg::PgListener> listener_;  // once Listen is called
 
