@@ -318,10 +318,14 @@ std::vector<Statement> Statements() {
       // 1 when this call folded, 0 when another fold was running.
       {"fold_counts", "SELECT delayd_fold_counts()::int::int8", {}},
       // The live rows of jobs, when they are at least twice what its
-      // statistics say and at least $1 (PgStore::KeepStatistics).
+      // statistics say and at least $1, and this session may analyze it
+      // (PgStore::KeepStatistics; else ANALYZE is a warning and a no-op):
+      // it has the privileges of the table's owner or the database's.
       {"jobs_grown",
        "SELECT s.n_live_tup FROM pg_class c JOIN pg_stat_user_tables s ON s.relid=c.oid WHERE "
-       "c.oid='jobs'::regclass AND s.n_live_tup>=greatest(2*greatest(c.reltuples, 0), $1)",
+       "c.oid='jobs'::regclass AND s.n_live_tup>=greatest(2*greatest(c.reltuples, 0), $1) AND "
+       "(pg_has_role(c.relowner, 'USAGE') OR pg_has_role((SELECT datdba FROM pg_database WHERE "
+       "datname=current_database()), 'USAGE'))",
        {kInt8}},
       {"tubes",
        "SELECT name, pause_ms, unpause_ms, settings FROM tubes WHERE $1::text IS NULL OR name=$1",

@@ -367,7 +367,8 @@ void PgStore::FoldCounts() {
 // from nothing is analyzed about log2 of its size times. The hot statements
 // are bounded whatever the statistics (kGenericPlans); this covers the rest,
 // and the reads lane's plans. Another session analyzing it meanwhile is
-// left to finish (SKIP_LOCKED).
+// left to finish (SKIP_LOCKED). A user who may not analyze the table
+// (neither its owner nor the database's) leaves it to autovacuum.
 void PgStore::KeepStatistics() {
   auto grown = reads_->Use(
       [&](PgConn& c) { return c.Run("jobs_grown", Params().Int(options_.analyze_from_rows)); });

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -860,6 +861,53 @@ TEST_F(PgStoreTest, PlansMadeOnAnEmptyTableFindJobsByIndexOnceItHoldsABacklog) {
         << plan;
   }
   PQfinish(c);
+}
+
+// The store analyzes the grown jobs table only through a user who may:
+// for anyone else ANALYZE is a warning that changes nothing, and the store
+// would try it again at every tick.
+TEST_F(PgStoreTest, OnlyAUserWhoMayAnalyzeJobsIsToldItGrew) {
+  // A store that does not analyze by itself within the test.
+  auto store = PgStore::Open({.conninfo = db_.uri(), .shards = 16, .fold_counts_ms = 3'600'000},
+                             inbox_.executor());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE(Apply(**store, Mutation::Insert(Job(1))).ok());
+  ASSERT_TRUE(
+      db_.Exec("ALTER TABLE jobs SET (autovacuum_enabled = off); INSERT INTO jobs SELECT "
+               "(jsonb_populate_record(j, jsonb_build_object('id', j.id + g))).* FROM jobs j, "
+               "generate_series(1, 3000) g"))
+      << db_.error();
+  const std::string role = "no_owner_" + std::to_string(::getpid());
+  ASSERT_TRUE(
+      db_.Exec(fmt::format("DROP ROLE IF EXISTS {0}; CREATE ROLE {0} LOGIN; GRANT SELECT "
+                           "ON ALL TABLES IN SCHEMA public TO {0}",
+                           role)))
+      << db_.error();
+  // How many rows the statement reports after the table's statistics
+  // were taken on an empty table, and its rows are counted.
+  auto grown = [&](const std::string& uri) -> int {
+    PGconn* c = PQconnectdb(uri.c_str());
+    int rows = -1;
+    for (const pg::Statement& st : pg::Statements()) {
+      if (std::string_view(st.name) != "jobs_grown") continue;
+      PGresult* r = PQexecParams(c, st.sql.c_str(), 1, st.types.data(),
+                                 std::array<const char*, 1>{"1000"}.data(), nullptr, nullptr, 0);
+      if (PQresultStatus(r) == PGRES_TUPLES_OK) rows = PQntuples(r);
+      PQclear(r);
+    }
+    PQfinish(c);
+    return rows;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (grown(db_.uri()) != 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the server's counts
+  }
+  EXPECT_EQ(grown(db_.uri()), 1);
+  std::string other = db_.uri();
+  other.replace(other.find("://") + 3, other.find('@') - other.find("://") - 3, role);
+  EXPECT_EQ(grown(other), 0);
+  // A role is the cluster's, not the database's.
+  ASSERT_TRUE(db_.Exec(fmt::format("DROP OWNED BY {0}; DROP ROLE {0}", role))) << db_.error();
 }
 
 // Statistics taken while no job was delayed (an idle hour, a drained
