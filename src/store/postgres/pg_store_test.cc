@@ -74,6 +74,63 @@ std::vector<std::string> UnboundedScansOfJobs(std::string_view statement, const 
   return out;
 }
 
+// A session set up as the writer's and the claimer's are
+// (pg::kGenericPlans), with every statement prepared.
+class GenericPlanSession {
+ public:
+  explicit GenericPlanSession(const std::string& uri) : c_(PQconnectdb(uri.c_str())) {}
+  ~GenericPlanSession() { PQfinish(c_); }
+  GenericPlanSession(const GenericPlanSession&) = delete;
+  GenericPlanSession& operator=(const GenericPlanSession&) = delete;
+
+  // Empty when every statement is prepared, else what failed.
+  std::string Prepare() {
+    if (PQstatus(c_) != CONNECTION_OK) return PQerrorMessage(c_);
+    PQclear(PQexec(c_, pg::kGenericPlans));
+    leading_ = LeadingColumnsOfJobsIndexes(c_);
+    for (const pg::Statement& st : pg::Statements()) {
+      PGresult* p = PQprepare(c_, st.name, st.sql.c_str(), static_cast<int>(st.types.size()),
+                              st.types.data());
+      const bool ok = PQresultStatus(p) == PGRES_COMMAND_OK;
+      PQclear(p);
+      if (!ok) return std::string(st.name) + ": " + PQerrorMessage(c_);
+    }
+    return "";
+  }
+  // The statement's plan (planned now if it has none), or why EXPLAIN
+  // failed; a generic plan is the same whatever the values, so NULLs do.
+  std::pair<bool, std::string> Explain(const pg::Statement& st) {
+    std::string q = std::string("EXPLAIN EXECUTE ") + st.name;
+    for (size_t i = 0; i < st.types.size(); ++i) q += i == 0 ? "(NULL" : ", NULL";
+    if (!st.types.empty()) q += ")";
+    PGresult* r = PQexec(c_, q.c_str());
+    const bool ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+    std::string plan = ok ? "" : PQerrorMessage(c_);
+    for (int i = 0; i < PQntuples(r); ++i) plan += std::string(PQgetvalue(r, i, 0)) + "\n";
+    PQclear(r);
+    return {ok, plan};
+  }
+  // Explains `st` and expects its plan to be bounded (UnboundedScansOfJobs).
+  void ExpectBounded(const pg::Statement& st) {
+    const auto [ok, plan] = Explain(st);
+    EXPECT_TRUE(ok) << st.name << ": " << plan;
+    EXPECT_EQ(UnboundedScansOfJobs(st.name, plan, leading_), std::vector<std::string>())
+        << st.name << ":\n"
+        << plan;
+  }
+
+ private:
+  PGconn* c_;
+  std::map<std::string, std::string> leading_;
+};
+
+// 20,000 jobs in every state, over 16 shards and 50 tubes, copied from job 1.
+constexpr const char* kManyJobs =
+    "INSERT INTO jobs SELECT (jsonb_populate_record(j, jsonb_build_object('id', j.id + g, "
+    "'shard', g % 16, 'state', g % 5, 'tube', 't' || (g % 50), 'due_ms', g, 'due_min', "
+    "g / 600, 'deadline_ms', CASE WHEN g % 5 = 4 THEN g END, 'done_ms', CASE WHEN g % 5 = 3 "
+    "THEN g END))).* FROM jobs j, generate_series(1, 20000) g";
+
 class PgStoreTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_FALSE(db_.uri().empty()) << db_.error(); }
@@ -755,37 +812,14 @@ TEST_F(PgStoreTest, NoStatementsGenericPlanScansTheJobsTable) {
   auto store = Open(16);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   ASSERT_TRUE(Apply(**store, Mutation::Insert(Job(1))).ok());
-  ASSERT_TRUE(db_.Exec(
-      "INSERT INTO jobs SELECT (jsonb_populate_record(j, jsonb_build_object('id', j.id + g, "
-      "'shard', g % 16, 'state', g % 5, 'tube', 't' || (g % 50), 'due_ms', g, 'due_min', "
-      "g / 600, 'deadline_ms', CASE WHEN g % 5 = 4 THEN g END, 'done_ms', CASE WHEN g % 5 = 3 "
-      "THEN g END))).* FROM jobs j, generate_series(1, 20000) g; ANALYZE"))
-      << db_.error();
-  PGconn* c = PQconnectdb(db_.uri().c_str());
-  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
-  PQclear(PQexec(c, pg::kGenericPlans));
-  const auto leading = LeadingColumnsOfJobsIndexes(c);
+  ASSERT_TRUE(db_.Exec(std::string(kManyJobs) + "; ANALYZE")) << db_.error();
+  GenericPlanSession session(db_.uri());
+  ASSERT_EQ(session.Prepare(), "");
   size_t explained = 0;
   for (const pg::Statement& st : pg::Statements()) {
-    PGresult* p =
-        PQprepare(c, st.name, st.sql.c_str(), static_cast<int>(st.types.size()), st.types.data());
-    ASSERT_EQ(PQresultStatus(p), PGRES_COMMAND_OK) << st.name << ": " << PQerrorMessage(c);
-    PQclear(p);
-    // A generic plan is the same whatever the values: NULLs will do.
-    std::string q = std::string("EXPLAIN EXECUTE ") + st.name;
-    for (size_t i = 0; i < st.types.size(); ++i) q += i == 0 ? "(NULL" : ", NULL";
-    if (!st.types.empty()) q += ")";
-    PGresult* r = PQexec(c, q.c_str());
-    ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << st.name << ": " << PQerrorMessage(c);
-    std::string plan;
-    for (int i = 0; i < PQntuples(r); ++i) plan += std::string(PQgetvalue(r, i, 0)) + "\n";
-    PQclear(r);
-    EXPECT_EQ(UnboundedScansOfJobs(st.name, plan, leading), std::vector<std::string>())
-        << st.name << ":\n"
-        << plan;
+    session.ExpectBounded(st);
     ++explained;
   }
-  PQfinish(c);
   EXPECT_GT(explained, 30u);
 }
 
@@ -805,47 +839,18 @@ TEST_F(PgStoreTest, PlansMadeOnAnEmptyTableFindJobsByIndexOnceItHoldsABacklog) {
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   ASSERT_TRUE(db_.Exec("ALTER TABLE jobs SET (autovacuum_enabled = off)")) << db_.error();
   ASSERT_TRUE(db_.Exec("VACUUM jobs")) << db_.error();
-  PGconn* c = PQconnectdb(db_.uri().c_str());
-  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
-  PQclear(PQexec(c, pg::kGenericPlans));
-  const auto leading = LeadingColumnsOfJobsIndexes(c);
-  auto explain = [&](const pg::Statement& st) {
-    std::string q = std::string("EXPLAIN EXECUTE ") + st.name;
-    for (size_t i = 0; i < st.types.size(); ++i) q += i == 0 ? "(NULL" : ", NULL";
-    if (!st.types.empty()) q += ")";
-    PGresult* r = PQexec(c, q.c_str());
-    std::string plan;
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) plan = PQerrorMessage(c);
-    for (int i = 0; i < PQntuples(r); ++i) plan += std::string(PQgetvalue(r, i, 0)) + "\n";
-    PQclear(r);
-    return plan;
-  };
-  for (const pg::Statement& st : pg::Statements()) {
-    PGresult* p =
-        PQprepare(c, st.name, st.sql.c_str(), static_cast<int>(st.types.size()), st.types.data());
-    ASSERT_EQ(PQresultStatus(p), PGRES_COMMAND_OK) << st.name << ": " << PQerrorMessage(c);
-    PQclear(p);
-    explain(st);  // plans it, on the empty table
-  }
+  GenericPlanSession session(db_.uri());
+  ASSERT_EQ(session.Prepare(), "");
+  for (const pg::Statement& st : pg::Statements()) session.Explain(st);  // planned on it empty
   ASSERT_TRUE(Apply(**store, Mutation::Insert(Job(1))).ok());
-  ASSERT_TRUE(db_.Exec(
-      "INSERT INTO jobs SELECT (jsonb_populate_record(j, jsonb_build_object('id', j.id + g, "
-      "'shard', g % 16, 'state', g % 5, 'tube', 't' || (g % 50), 'due_ms', g, 'due_min', "
-      "g / 600, 'deadline_ms', CASE WHEN g % 5 = 4 THEN g END, 'done_ms', CASE WHEN g % 5 = 3 "
-      "THEN g END))).* FROM jobs j, generate_series(1, 20000) g"))
-      << db_.error();
+  ASSERT_TRUE(db_.Exec(kManyJobs)) << db_.error();
   // Before any statistics of the backlog: what every job goes through.
   for (const pg::Statement& st : pg::Statements()) {
     const std::string_view name = st.name;
-    if (name != "insert" && name != "update" && name != "delete" && name != "promote" &&
-        name != "claim" && name != "claim_push") {
-      continue;
+    if (name == "insert" || name == "update" || name == "delete" || name == "promote" ||
+        name == "claim" || name == "claim_push") {
+      session.ExpectBounded(st);
     }
-    const std::string plan = explain(st);
-    EXPECT_EQ(plan.find("ERROR"), std::string::npos) << st.name << ":\n" << plan;
-    EXPECT_EQ(UnboundedScansOfJobs(st.name, plan, leading), std::vector<std::string>())
-        << st.name << ":\n"
-        << plan;
   }
   // The store analyzes the table (autovacuum is off for it).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -853,14 +858,7 @@ TEST_F(PgStoreTest, PlansMadeOnAnEmptyTableFindJobsByIndexOnceItHoldsABacklog) {
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  for (const pg::Statement& st : pg::Statements()) {
-    const std::string plan = explain(st);
-    EXPECT_EQ(plan.find("ERROR"), std::string::npos) << st.name << ":\n" << plan;
-    EXPECT_EQ(UnboundedScansOfJobs(st.name, plan, leading), std::vector<std::string>())
-        << st.name << ":\n"
-        << plan;
-  }
-  PQfinish(c);
+  for (const pg::Statement& st : pg::Statements()) session.ExpectBounded(st);
 }
 
 // The store analyzes the grown jobs table only through a user who may:
