@@ -181,11 +181,10 @@ class Api final : public Handler {
 // https://delayd.dev/problems/<slug>, naming the refused `field` if any.
 Response Problem(int status, const char* slug, const std::string& title, const std::string& detail,
                  const std::string& field = "");
-// A problem+json response (RFC 9457) for a failed status. A store failure's
-// text is logged under a request id, which the response gives instead.
+// A problem+json response (RFC 9457) for a failed status (common/problem.h:
+// a store failure's text is logged under a request id, which the response
+// gives in its detail and its Delayd-Request-Id header instead).
 Response ProblemResponse(const Status& s);
-// A fresh id for a log line a response refers to.
-std::string NewRequestId();
 Response JsonResponse(int status, const nlohmann::json& body);
 Response JsonTextResponse(int status, std::string text);  // `text` is JSON already
 

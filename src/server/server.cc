@@ -16,6 +16,7 @@
 #include <random>
 #include <utility>
 
+#include "common/problem.h"
 #include "common/time_format.h"
 #include "store/postgres/pg_leases.h"
 #include "store/postgres/pg_store.h"
@@ -462,7 +463,7 @@ void Server::NotReady(std::function<void(std::string)> done) {
         probe_.running = false;
         probe_.result = *result;
         if (!result->ok()) {
-          const std::string id = http::NewRequestId();
+          const std::string id = NewRequestId();
           spdlog::warn("readyz {}: the store cannot be used: {}", id, result->message());
           probe_.why = "the store cannot be used (readyz " + id + " in the server's log)";
         }
