@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "common/grpc_url.h"
 #include "common/header_rules.h"
 #include "common/json_dump.h"
 #include "common/time_format.h"
@@ -179,12 +180,22 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
   req.headers.push_back("Delayd-Attempt: " + std::to_string(lease.attempt));
   req.headers.push_back("Delayd-Due-At: " + FormatRfc3339Ms(lease.due_ms));
   if (!lease.key.empty()) req.headers.push_back("Delayd-Key: " + HeaderSafe(lease.key));
+  req.job = {.id = lease.id,
+             .topic = lease.topic,
+             .key = lease.key,
+             .attempt = lease.attempt,
+             .due_ms = lease.due_ms,
+             .run_at_ms = lease.run_at_ms,
+             .body_is_json = lease.spec->encoding == engine::BodyEncoding::kJson};
   if (std::optional<engine::FireOfKey> fire = engine::ParseTimerFireKey(lease.key)) {
     // A catch-up fire after downtime is due now; its fire time says which it was.
     req.headers.push_back("Delayd-Timer-Id: " + std::to_string(fire->timer_id));
     req.headers.push_back("Delayd-Fire-At: " + FormatRfc3339Ms(fire->fire_ms));
+    req.job.timer_id = fire->timer_id;
+    req.job.fire_ms = fire->fire_ms;
   }
-  if (req.method != "GET") req.body = *lease.body;
+  const bool grpc = IsGrpcUrl(target.url);
+  if (req.method != "GET" || grpc) req.body = *lease.body;
   if (settings != nullptr && !settings->signing_secret.empty()) {
     req.headers.push_back("Delayd-Signature: " + Signature(settings->signing_secret,
                                                            clock_.WallMillis() / 1000, req.body));
@@ -192,7 +203,9 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
   bool own_content_type = false;
   std::string refused;
   for (const auto& [k, v] : target.headers) {
-    if (std::string fault = TargetHeaderFault(k, v); !fault.empty() && refused.empty()) {
+    std::string fault = TargetHeaderFault(k, v);
+    if (fault.empty() && grpc) fault = GrpcMetadataNameFault(k);
+    if (!fault.empty() && refused.empty()) {
       refused = "not sent: the target's header " + k.substr(0, 100) + " " + fault;
     }
     own_content_type = own_content_type || strcasecmp(k.c_str(), "Content-Type") == 0;

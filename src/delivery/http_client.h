@@ -27,16 +27,34 @@
 
 namespace delayd::delivery {
 
+// The job an attempt delivers, for a sender that carries it as fields
+// rather than as the Delayd-* headers (a gRPC receiver's Delivery).
+struct DeliveryJob {
+  uint64_t id = 0;
+  std::string topic;
+  std::string key;
+  uint32_t attempt = 0;
+  int64_t due_ms = 0;
+  int64_t run_at_ms = 0;
+  uint64_t timer_id = 0;  // 0: no timer's fire
+  int64_t fire_ms = 0;
+  bool body_is_json = false;
+};
+
 struct OutRequest {
   std::string method = "POST";
   std::string url;
   std::vector<std::string> headers;  // "Name: value"
   std::string body;
   int64_t timeout_ms = 10'000;
+  DeliveryJob job;  // a push attempt's job (id 0 for an alert)
 };
 
 struct OutResult {
   int status = 0;  // HTTP status; 0 when no response came
+  // A gRPC target's answer (grpc::StatusCode); -1 for HTTP. `error` then
+  // holds the code's name and the status message.
+  int grpc_code = -1;
   bool timed_out = false;
   std::string error;        // transport error, or an excerpt of a failed response's body
   std::string retry_after;  // the Retry-After header, if any

@@ -48,6 +48,36 @@ TEST(RetryPolicyTest, ClassifiesStatuses) {
   EXPECT_EQ(Decide(p, Status(404), 1, 0, 0, 0).kind, Decision::Kind::kRetry);
 }
 
+OutResult Grpc(int code) {
+  OutResult r;
+  r.grpc_code = code;
+  return r;
+}
+
+TEST(RetryPolicyTest, ClassifiesGrpcCodes) {
+  EXPECT_EQ(Decide(Policy(), Grpc(0), 1, 0, 0, 0).kind, Decision::Kind::kSuccess);
+  // UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, INTERNAL,
+  // UNKNOWN, and CANCELLED (delayd's own shutdown).
+  for (int c : {14, 4, 8, 10, 13, 2, 1})
+    EXPECT_EQ(Decide(Policy(), Grpc(c), 1, 0, 0, 0).kind, Decision::Kind::kRetry) << c;
+  for (int c : {3, 5, 6, 7, 9, 11, 12, 15, 16, 99}) {
+    Decision d = Decide(Policy(), Grpc(c), 1, 0, 0, 0);
+    EXPECT_EQ(d.kind, Decision::Kind::kDead) << c;
+    EXPECT_EQ(d.reason, std::string("gRPC ") + GrpcCodeName(c) + " is not retried");
+  }
+  EXPECT_STREQ(GrpcCodeName(3), "INVALID_ARGUMENT");
+  EXPECT_STREQ(GrpcCodeName(16), "UNAUTHENTICATED");
+  EXPECT_STREQ(GrpcCodeName(99), "UNKNOWN_CODE");
+  // An HTTP-looking status beside a gRPC code changes nothing.
+  OutResult r = Grpc(3);
+  r.status = 200;
+  EXPECT_EQ(Decide(Policy(), r, 1, 0, 0, 0).kind, Decision::Kind::kDead);
+  engine::RetryPolicy p = Policy();
+  p.retry_4xx = true;
+  EXPECT_EQ(Decide(p, Grpc(3), 1, 0, 0, 0).kind, Decision::Kind::kRetry);
+  EXPECT_EQ(Decide(p, Grpc(3), 5, 0, 0, 0).kind, Decision::Kind::kDead);
+}
+
 TEST(RetryPolicyTest, StopsAfterMaxAttemptsAndMaxAge) {
   EXPECT_EQ(Decide(Policy(), Status(500), 4, 0, 0, 0).kind, Decision::Kind::kRetry);
   EXPECT_EQ(Decide(Policy(), Status(500), 5, 0, 0, 0).kind, Decision::Kind::kDead);

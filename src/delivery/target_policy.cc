@@ -9,6 +9,8 @@
 #include <cstring>
 #include <memory>
 
+#include "common/grpc_url.h"
+
 namespace delayd::delivery {
 namespace {
 
@@ -90,6 +92,11 @@ struct UrlParts {
 // The host and port curl will connect to for `url` (curl normalizes the
 // host: "0x7f.1" is 127.0.0.1); nullopt when curl cannot read it.
 std::optional<UrlParts> ParseUrl(const std::string& url) {
+  if (IsGrpcUrl(url)) {
+    std::optional<GrpcUrl> g = ParseGrpcUrl(url);
+    if (!g) return std::nullopt;
+    return UrlParts{NormalHost(g->host), g->port};
+  }
   std::unique_ptr<CURLU, decltype(&curl_url_cleanup)> u(curl_url(), &curl_url_cleanup);
   if (!u || curl_url_set(u.get(), CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) {
     return std::nullopt;

@@ -69,6 +69,17 @@ TEST(TargetPolicyTest, DenyRulesByAddressNameSuffixAndPort) {
             std::string::npos);
 }
 
+TEST(TargetPolicyTest, GrpcTargetsAreJudgedByTheSameRules) {
+  TargetPolicy p = Policy({}, {"127.0.0.0/8", "*.corp.example", "db.example:5432"});
+  EXPECT_FALSE(p.CheckUrl("grpc://127.0.0.3:50051").ok());
+  EXPECT_FALSE(p.CheckUrl("grpcs://Svc.Corp.Example:443/").ok());
+  EXPECT_FALSE(p.CheckUrl("grpc://db.example:5432").ok());
+  EXPECT_TRUE(p.CheckUrl("grpc://db.example:5433").ok());
+  EXPECT_FALSE(TargetPolicy().CheckUrl("grpc://[fe80::1]:50051").ok()) << "built-in deny";
+  EXPECT_FALSE(p.CheckUrl("grpc://no-port.example").ok()) << "unreadable";
+  EXPECT_EQ(TargetPolicy::HostOf("grpc://[::1]:9"), "::1");
+}
+
 TEST(TargetPolicyTest, AllowRulesAdmitOnlyWhatTheyMatch) {
   // Name rules judge names at submission.
   TargetPolicy names = Policy({"hooks.example.com:443", "*.svc.example"}, {});

@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "common/grpc_url.h"
 #include "common/header_rules.h"
 #include "common/time_format.h"
 
@@ -110,11 +111,18 @@ Result<Target> ParseTarget(const json& j, const std::string& prefix) {
   if (!url.ok()) return url.status();
   t.url = std::move(*url);
   std::string_view u = t.url;
+  const bool grpc = IsGrpcUrl(u);
+  if (grpc && !ParseGrpcUrl(u)) {
+    return Status::InvalidField(
+        Join(prefix, "url"), "must be grpc://HOST:PORT or grpcs://HOST:PORT, with nothing after");
+  }
   bool http = u.rfind("http://", 0) == 0, https = u.rfind("https://", 0) == 0;
   size_t host_start = http ? 7 : 8;
-  if ((!http && !https) || u.size() <= host_start || u[host_start] == '/' || !IsHeaderValue(u) ||
-      u.find(' ') != u.npos) {
-    return Status::InvalidField(Join(prefix, "url"), "must be an absolute http:// or https:// URL");
+  if (!grpc && ((!http && !https) || u.size() <= host_start || u[host_start] == '/' ||
+                !IsHeaderValue(u) || u.find(' ') != u.npos)) {
+    return Status::InvalidField(
+        Join(prefix, "url"),
+        "must be an absolute http:// or https:// URL, or grpc://HOST:PORT (grpcs://)");
   }
   if (j.contains("method")) {
     Result<std::string> m = String(j["method"], Join(prefix, "method"));
@@ -138,6 +146,19 @@ Result<Target> ParseTarget(const json& j, const std::string& prefix) {
       if (!fault.empty())
         return Status::InvalidField(Join(field, name), "header " + name + " " + fault);
       t.headers.emplace_back(name, value.get<std::string>());
+    }
+  }
+  if (grpc) {
+    if (j.contains("method")) {
+      return Status::InvalidField(Join(prefix, "method"),
+                                  "must be left out for a gRPC target, which is called at "
+                                  "delayd.v1.JobReceiver/Deliver");
+    }
+    for (const auto& [name, value] : t.headers) {
+      if (std::string fault = GrpcMetadataNameFault(name); !fault.empty()) {
+        return Status::InvalidField(Join(Join(prefix, "headers"), name),
+                                    "header " + name + " " + fault);
+      }
     }
   }
   if (j.contains("timeout_ms")) {

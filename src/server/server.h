@@ -26,6 +26,7 @@
 #include "http/api.h"
 #include "http/server.h"
 #include "protocol/beanstalk/listener.h"
+#include "rpc/grpc_sender.h"
 #include "server/config.h"
 #include "store/store.h"
 #include "timer/timer_service.h"
@@ -100,6 +101,8 @@ class Server {
   std::unique_ptr<beanstalk::Listener> listener_;
   std::unique_ptr<delivery::TargetPolicy> target_policy_;  // read by http_client_ and api_
   std::unique_ptr<delivery::HttpClient> http_client_;
+  std::unique_ptr<rpc::GrpcSender> grpc_sender_;  // gRPC targets' deliveries
+  std::unique_ptr<rpc::SchemeRouter> sender_;     // the dispatcher's: HTTP or gRPC by URL
   std::unique_ptr<delivery::Dispatcher> dispatcher_;
   std::unique_ptr<timer::TimerService> timers_;
   std::unique_ptr<http::Api> api_;
