@@ -92,12 +92,17 @@ void Engine::LookUpKeys() {
         return rows;
       },
       [this, keys](KeyRows rows, uint64_t since) {
-        std::vector<std::pair<std::string, uint64_t>> settled;
-        settled.swap(settled_keys_);
-        auto release_settled = [this, &settled] {
+        // The keys settled before this answer (none settles while it is
+        // used: commits are answered on later turns of the loop).
+        auto release_settled = [this] {
+          std::vector<std::pair<std::string, uint64_t>> settled;
+          settled.swap(settled_keys_);
           for (const auto& [key, id] : settled) {
             auto it = pending_keys_.find(key);
-            if (it != pending_keys_.end() && it->second == id) pending_keys_.erase(it);
+            if (it != pending_keys_.end() && it->second == id) {
+              pending_keys_.erase(it);
+              FreeKey(key, false);  // the lookup below starts them
+            }
           }
         };
         std::unordered_map<std::string, std::optional<JobRecord>> by_key;
@@ -134,15 +139,43 @@ void Engine::LookUpKeys() {
 void Engine::SettleKey(const std::string& key, uint64_t id) {
   if (keyed_.empty()) {
     pending_keys_.erase(key);
+    FreeKey(key, true);
   } else {
     settled_keys_.emplace_back(key, id);
   }
+}
+
+void Engine::FreeKey(const std::string& key, bool start) {
+  auto it = key_waiters_.find(key);
+  if (it == key_waiters_.end()) return;
+  std::vector<KeyedSubmit> waiting = std::move(it->second);
+  key_waiters_.erase(it);
+  const bool idle = keyed_.empty();
+  for (KeyedSubmit& k : waiting) keyed_.push_back(std::move(k));
+  if (start && idle) LookUpKeys();
 }
 
 void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
                        const std::unordered_map<std::string, std::optional<JobRecord>>& keys,
                        std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also) {
   if (draining_) return done(Status::Unavailable("draining"));
+  // A key whose job is still being committed: this submission waits for
+  // that commit's answer and looks its keys up again (FreeKey). Answered
+  // now, a duplicate would name a job nobody can read yet, or none at all
+  // if the commit fails.
+  // (A key whose commit was answered, kept pending only for the lookup in
+  // flight, names a job that is kept when that job is live.)
+  for (const NewJob& n : jobs) {
+    if (n.key.empty()) continue;
+    const std::string k = KeyOf(topic, n.key);
+    auto pending = pending_keys_.find(k);
+    if (pending == pending_keys_.end()) continue;
+    const bool settled = std::find(settled_keys_.begin(), settled_keys_.end(),
+                                   std::pair{k, pending->second}) != settled_keys_.end();
+    if (settled && FindLive(pending->second) != nullptr) continue;
+    key_waiters_[k].push_back({topic, std::move(jobs), std::move(done), std::move(also)});
+    return;
+  }
   if (const size_t n = jobs.size(); !home_->IdsAtHand(n)) {
     home_->WaitIds(n, [this, topic, jobs = std::move(jobs), keys, done = std::move(done),
                        also = std::move(also)](const Status& s) mutable {
@@ -229,9 +262,11 @@ void Engine::SubmitNow(const std::string& topic, std::vector<NewJob> jobs,
   if (writes.empty()) return done(std::move(out));
   store_.SubmitAll(std::move(writes), [this, created, topic, out = std::move(out),
                                        done = std::move(done)](const Status& s) mutable {
+    // Published before their keys settle: a submission waiting on a key
+    // looks it up again at once, and must find the job it names live.
+    for (Job* j : created) Publish(j, s);
     for (Job* j : created) {
       if (j->extra && !j->extra->key.empty()) SettleKey(KeyOf(topic, j->extra->key), j->id);
-      Publish(j, s);
     }
     // Answer while the jobs are still pinned in memory, so reading them back
     // for the reply needs no store reads; then far ones go to the store.

@@ -483,6 +483,9 @@ class Engine {
                  const std::unordered_map<std::string, std::optional<store::JobRecord>>& keys,
                  std::function<void(Result<std::vector<Submitted>>)> done, AlsoFn also);
   void SettleKey(const std::string& key, uint64_t id);
+  // `key` is no longer pending: the submissions waiting on it queue for
+  // their key lookup (which the caller starts when `start` is false).
+  void FreeKey(const std::string& key, bool start);
 
   // Reads aside: `then(result, since)` gets what `read` returned, with the
   // mark to ask LeftSince about. `read` runs on the store's read thread and
@@ -553,6 +556,10 @@ class Engine {
   std::unordered_map<std::string, uint64_t> pending_keys_;
   std::vector<std::pair<std::string, uint64_t>> settled_keys_;
   std::deque<KeyedSubmit> keyed_;  // the front one's keys are being looked up
+  // Submissions naming a pending key, by key: they wait for its commit's
+  // answer, then look their keys up again, so that a duplicate is answered
+  // with a job that is kept (or, its insert having failed, is made anew).
+  std::unordered_map<std::string, std::vector<KeyedSubmit>> key_waiters_;
   // Jobs whose failed write is being read back: id -> written again meanwhile.
   std::unordered_map<uint64_t, bool> resyncing_;
   std::vector<std::unique_ptr<Client>> departed_;  // disconnected, reads in flight

@@ -967,6 +967,33 @@ TEST_F(EngineTest, KeyedSubmissionsSeeEachOtherWhileTheirLookupsAreInFlight) {
   EXPECT_EQ(third->value()[0].id, id);
 }
 
+// A second submission of a key whose job is still being committed is
+// answered once that commit is: with the kept job, which can be read, or,
+// the commit having failed, with a job of its own.
+TEST_F(EngineTest, ADuplicateOfAKeyBeingCommittedIsAnsweredWithAJobThatIsKept) {
+  Outcome first, second;
+  SubmitKeyed("order-9", first);
+  SubmitKeyed("order-9", second);  // the first's insert is in flight
+  EXPECT_FALSE(second.has_value());
+  RunUntil([&] { return first.has_value() && second.has_value(); });
+  ASSERT_TRUE(first->ok());
+  ASSERT_TRUE(second->ok()) << second->status().ToString();
+  EXPECT_TRUE(second->value()[0].duplicate);
+  EXPECT_EQ(second->value()[0].id, first->value()[0].id);
+  EXPECT_TRUE(GetJob(second->value()[0].id).ok());
+
+  flaky_->failing = true;  // the next insert fails, as on a full disk
+  Outcome third, fourth;
+  SubmitKeyed("order-10", third);
+  SubmitKeyed("order-10", fourth);
+  flaky_->failing = false;
+  RunUntil([&] { return third.has_value() && fourth.has_value(); });
+  EXPECT_FALSE(third->ok());
+  ASSERT_TRUE(fourth->ok()) << fourth->status().ToString();
+  EXPECT_FALSE(fourth->value()[0].duplicate) << "the key's first job was never kept";
+  EXPECT_TRUE(GetJob(fourth->value()[0].id).ok());
+}
+
 // A key kept pending for a lookup in flight is let go once that lookup is
 // answered, even while more keyed submissions keep the queue busy: after
 // its job is cancelled, the key is free again.
