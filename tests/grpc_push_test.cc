@@ -28,9 +28,11 @@ class PyReceiver {
     const bool listening = WaitUntil(
         [&] {
           const std::string log = ReadFile(dir_ + "/receiver.log");
-          const size_t at = log.find("port ");
+          const size_t at = log.find("reset ");
           if (at == std::string::npos || log.find('\n', at) == std::string::npos) return false;
-          port_ = std::stoi(log.substr(at + 5));
+          port_ = std::stoi(log.substr(log.find("port ") + 5));
+          garbage_port_ = std::stoi(log.substr(log.find("garbage ") + 8));
+          reset_port_ = std::stoi(log.substr(at + 6));
           return true;
         },
         30s);
@@ -38,6 +40,10 @@ class PyReceiver {
   }
   ~PyReceiver() { process_.Stop(SIGTERM, 10s); }
   std::string url() const { return "grpc://127.0.0.1:" + std::to_string(port_); }
+  // A receiver answering bytes that are no Delivered message.
+  std::string garbage_url() const { return "grpc://127.0.0.1:" + std::to_string(garbage_port_); }
+  // A port whose connections are reset once they send.
+  std::string reset_url() const { return "grpc://127.0.0.1:" + std::to_string(reset_port_); }
   // Every call received so far, in order.
   std::vector<json> records() const {
     std::vector<json> out;
@@ -57,6 +63,8 @@ class PyReceiver {
   std::string records_;
   Process process_;
   int port_ = 0;
+  int garbage_port_ = 0;
+  int reset_port_ = 0;
 };
 
 class GrpcPushTest : public ::testing::Test {
@@ -175,6 +183,33 @@ TEST_F(GrpcPushTest, AReceiverPastItsDeadlineOrNotThereIsRetried) {
   EXPECT_NE(Job(absent["id"])["last_error"].get<std::string>().find("UNAVAILABLE"),
             std::string::npos)
       << Job(absent["id"]);
+}
+
+// A receiver whose answer is not gRPC (bytes that are not HTTP/2, then a
+// reset connection): failed attempts, retried by the job's policy until it
+// dies. One that answers OK with bytes that are no Delivered message has
+// said OK: Delivered has no fields, delayd reads nothing from it, and the
+// status is the answer (gRPC C++ 1.51 does not fail such a call either).
+TEST_F(GrpcPushTest, AReceiverAnsweringGarbageIsRetriedThenDeadAndItsStatusDecides) {
+  PyReceiver rx;
+  const json retry = {{"initial_backoff_ms", 50}, {"jitter", false}, {"max_attempts", 2}};
+  json reset = Submit("ok-reset", {{"body", "r"},
+                                   {"target", {{"url", rx.reset_url()}, {"timeout_ms", 3000}}},
+                                   {"retry", retry}});
+  json garbage =
+      Submit("ok-garbage", {{"body", "g"},
+                            {"target", {{"url", rx.garbage_url()}, {"timeout_ms", 3000}}},
+                            {"retry", retry}});
+  ASSERT_TRUE(WaitState(reset["id"], "buried", 30s)) << Job(reset["id"]) << server_->log();
+  EXPECT_EQ(Job(reset["id"])["attempts"], 2) << Job(reset["id"]);
+  EXPECT_NE(Job(reset["id"])["last_error"].get<std::string>().find("UNAVAILABLE"),
+            std::string::npos)
+      << Job(reset["id"]);
+  ASSERT_TRUE(WaitState(garbage["id"], "done")) << Job(garbage["id"]);
+  EXPECT_EQ(Job(garbage["id"])["attempts"], 1);
+  // delayd still delivers to a sound receiver.
+  json ok = Submit("ok-after", {{"body", "fine"}, {"target", {{"url", rx.url()}}}});
+  EXPECT_TRUE(WaitState(ok["id"], "done")) << Job(ok["id"]);
 }
 
 TEST_F(GrpcPushTest, TargetsThatCannotBeCalledAreRefusedNamingTheField) {

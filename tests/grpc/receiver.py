@@ -12,12 +12,18 @@ job's topic:
   flaky...   UNAVAILABLE at attempt 1, OK after
   refuse...  INVALID_ARGUMENT "order 8812 is unknown"
   hang...    answers OK after 3 s (past a short deadline)
+Two more ports, printed as "garbage N" and "reset N": the first answers every
+Deliver OK with bytes that are no Delivered message, the second accepts
+connections, reads what comes, answers bytes that are not HTTP/2 and resets
+them (SO_LINGER 0).
 Stops on SIGTERM, or once the process that started it is gone.
 """
 import base64
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -72,7 +78,37 @@ def main():
     receiver_pb2_grpc.add_JobReceiverServicer_to_server(Receiver(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+
+    def garbage(request, context):
+        with lock, open(record_file, "a") as f:
+            f.write(json.dumps({"garbage": True}) + "\n")
+        return b"\x0f\x0f"  # field 1 of wire type 7, which does not exist: no Delivered
+    garbage_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    garbage_server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "delayd.v1.JobReceiver", {"Deliver": grpc.unary_unary_rpc_method_handler(
+            garbage, request_deserializer=None, response_serializer=None)})])
+    garbage_port = garbage_server.add_insecure_port("127.0.0.1:0")
+    garbage_server.start()
+
+    resetter = socket.socket()
+    resetter.bind(("127.0.0.1", 0))
+    resetter.listen(16)
+
+    def reset_loop():
+        while True:
+            conn, _ = resetter.accept()
+            conn.settimeout(2)
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\nnot grpc")
+            except OSError:
+                pass
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+    threading.Thread(target=reset_loop, daemon=True).start()
     print(f"port {port}", flush=True)
+    print(f"garbage {garbage_port}", flush=True)
+    print(f"reset {resetter.getsockname()[1]}", flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     parent = os.getppid()
@@ -80,6 +116,7 @@ def main():
         if os.getppid() != parent:  # the test that started it is gone
             break
     server.stop(0)
+    garbage_server.stop(0)
 
 
 if __name__ == "__main__":
