@@ -1,47 +1,60 @@
 #include "rpc/status.h"
 
-#include "common/problem.h"
+#include <string_view>
+
 #include "delayd/v1/errors.pb.h"
 
 namespace delayd::rpc {
 
-grpc::StatusCode GrpcCode(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kOk:
-      return grpc::StatusCode::OK;
-    case StatusCode::kNotFound:
-      return grpc::StatusCode::NOT_FOUND;
-    case StatusCode::kInvalidArgument:
-      return grpc::StatusCode::INVALID_ARGUMENT;
-    case StatusCode::kConflict:
-      // A field clashing with what the server holds (a name in use), or an
-      // operation the job's state forbids.
-      return s.field().empty() ? grpc::StatusCode::FAILED_PRECONDITION
-                               : grpc::StatusCode::ALREADY_EXISTS;
-    case StatusCode::kUnavailable:
-    case StatusCode::kFenced:
-    case StatusCode::kIoError:
-      return grpc::StatusCode::UNAVAILABLE;
-    case StatusCode::kNoSpace:
-      return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case StatusCode::kUnknown:
-      return grpc::StatusCode::UNKNOWN;
-    case StatusCode::kInternal:
-      break;
+grpc::StatusCode GrpcCode(const Problem& p) {
+  const std::string_view slug = p.slug;
+  if (slug == "invalid-request") return grpc::StatusCode::INVALID_ARGUMENT;
+  if (slug == "not-found") return grpc::StatusCode::NOT_FOUND;
+  // A field clashing with what the server holds (a name in use), or an
+  // operation the job's state forbids.
+  if (slug == "conflict") {
+    return p.field.empty() ? grpc::StatusCode::FAILED_PRECONDITION
+                           : grpc::StatusCode::ALREADY_EXISTS;
   }
-  return grpc::StatusCode::INTERNAL;
+  if (slug == "unavailable" || slug == "storage-unavailable") {
+    return grpc::StatusCode::UNAVAILABLE;
+  }
+  if (slug == "storage-full") return grpc::StatusCode::RESOURCE_EXHAUSTED;
+  if (slug == "outcome-unknown") return grpc::StatusCode::UNKNOWN;
+  if (slug == "internal") return grpc::StatusCode::INTERNAL;
+  // The HTTP API's own refusals (token, scope, route).
+  switch (p.http_status) {
+    case 400:
+    case 415:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case 401:
+      return grpc::StatusCode::UNAUTHENTICATED;
+    case 403:
+      return grpc::StatusCode::PERMISSION_DENIED;
+    case 404:
+      return grpc::StatusCode::NOT_FOUND;
+    case 405:
+      return grpc::StatusCode::UNIMPLEMENTED;
+    case 409:
+      return grpc::StatusCode::FAILED_PRECONDITION;
+    case 413:
+    case 429:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case 503:
+      return grpc::StatusCode::UNAVAILABLE;
+    default:
+      return grpc::StatusCode::INTERNAL;
+  }
 }
 
-grpc::Status ToGrpc(const Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  const Problem p = ProblemOf(s);
-  const grpc::StatusCode code = GrpcCode(s);
+grpc::Status ToGrpc(const Problem& p) {
+  const grpc::StatusCode code = GrpcCode(p);
   const std::string message = p.field.empty() ? p.detail : p.field + ": " + p.detail;
 
   delayd::v1::Status details;
   details.set_code(code);
   details.set_message(message);
-  if (!p.field.empty() && s.code() == StatusCode::kInvalidArgument) {
+  if (!p.field.empty() && code == grpc::StatusCode::INVALID_ARGUMENT) {
     delayd::v1::BadRequest bad;
     auto* v = bad.add_field_violations();
     v->set_field(p.field);
@@ -61,5 +74,7 @@ grpc::Status ToGrpc(const Status& s) {
   any->set_value(problem.SerializeAsString());
   return grpc::Status(code, message, details.SerializeAsString());
 }
+
+grpc::Status ToGrpc(const Status& s) { return s.ok() ? grpc::Status::OK : ToGrpc(ProblemOf(s)); }
 
 }  // namespace delayd::rpc

@@ -48,16 +48,32 @@ TEST(RpcStatusTest, AnOutcomeUnknownNamesTheJobsToLookUp) {
 }
 
 TEST(RpcStatusTest, EachStatusCodeHasItsGrpcCode) {
+  auto code = [](const Status& s) { return ToGrpc(s).error_code(); };
   EXPECT_TRUE(ToGrpc(Status::Ok()).ok());
-  EXPECT_EQ(GrpcCode(Status::NotFound("no job")), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(GrpcCode(Status::Conflict("the job is reserved")),
-            grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_EQ(GrpcCode(Status::ConflictField("name", "is in use")), grpc::StatusCode::ALREADY_EXISTS);
-  EXPECT_EQ(GrpcCode(Status::Unavailable("draining")), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(GrpcCode(Status::Fenced("lease moved")), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(GrpcCode(Status::IoError("disk")), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(GrpcCode(Status::NoSpace("full")), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(GrpcCode(Status::Internal("bug")), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(code(Status::NotFound("no job")), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(code(Status::Conflict("the job is reserved")), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(code(Status::ConflictField("name", "is in use")), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(code(Status::Unavailable("draining")), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(code(Status::Fenced("lease moved")), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(code(Status::IoError("disk")), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(code(Status::NoSpace("full")), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(code(Status::Internal("bug")), grpc::StatusCode::INTERNAL);
+}
+
+// The HTTP API's own refusals, which no engine status makes, by their HTTP
+// status.
+TEST(RpcStatusTest, TheApisOwnRefusalsHaveTheirCodes) {
+  auto code = [](int http, const char* slug) {
+    Problem p;
+    p.http_status = http;
+    p.slug = slug;
+    return GrpcCode(p);
+  };
+  EXPECT_EQ(code(401, "unauthorized"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(code(403, "insufficient-scope"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(code(405, "method-not-allowed"), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(code(429, "rate-limited"), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(code(418, "teapot"), grpc::StatusCode::INTERNAL);
 }
 
 TEST(RpcStatusTest, AStoreFailuresTextStaysInTheLog) {

@@ -42,6 +42,7 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "horizon-ms",
                                                "log-level",
                                                "http",
+                                               "grpc",
                                                "api-token",
                                                "api-token-file",
                                                "api-read-token",
@@ -135,6 +136,7 @@ Status LoadToml(const std::string& path, Config& config) {
   }
   if (Status s = integer("metrics-topics", config.metrics_topics, 0); !s.ok()) return s;
   for (auto [key, out] : {std::pair{"http", &config.http},
+                          {"grpc", &config.grpc},
                           {"api-token", &config.api_token},
                           {"api-token-file", &config.api_token_file},
                           {"api-read-token", &config.api_read_token},
@@ -223,6 +225,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--http", c.http,
                  "Serve the HTTP API on HOST:PORT; port 0 picks a free port; \"off\" disables it "
                  "(default 127.0.0.1:8080)");
+  app.add_option("--grpc", c.grpc,
+                 "Serve the gRPC API (delayd.v1 Jobs, Topics, Timers, health, reflection) on "
+                 "HOST:PORT; port 0 picks a free port (default off)");
   app.add_option("--api-token", c.api_token,
                  "Require \"Authorization: Bearer TOKEN\" on every /v1 route (default: none; "
                  "also --api-token-file or DELAYD_API_TOKEN, which ps does not show)");
@@ -339,6 +344,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--horizon-ms")) c.horizon_ms = file.horizon_ms;
     if (!given("--log-level")) c.log_level = file.log_level;
     if (!given("--http")) c.http = file.http;
+    if (!given("--grpc")) c.grpc = file.grpc;
     if (!given("--api-token")) c.api_token = file.api_token;
     if (!given("--api-token-file")) c.api_token_file = file.api_token_file;
     if (!given("--api-read-token")) c.api_read_token = file.api_read_token;

@@ -28,6 +28,7 @@ struct Config {
   int64_t horizon_ms = 60'000;
   std::string log_level = "info";
   std::string http = "127.0.0.1:8080";  // "off": no HTTP API
+  std::string grpc = "off";             // HOST:PORT: the gRPC API (doc/grpc.md)
   // Tokens (non-empty: /v1 routes need one as a bearer token). Each comes
   // from its flag, its file flag (the file's first line) or the environment
   // (DELAYD_API_TOKEN, DELAYD_API_READ_TOKEN), so that it need not show in

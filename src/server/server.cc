@@ -91,6 +91,8 @@ Server::~Server() {
   io_.restart();
   for (int round = 0; round < 1000 && io_.poll() > 0; ++round) {
   }
+  if (grpc_listener_) grpc_listener_->Stop();
+  grpc_listener_.reset();
   http_server_.reset();
   api_.reset();
   dispatcher_.reset();
@@ -264,7 +266,8 @@ Status Server::Start() {
       [this](int64_t wall_ms) { ArmTimers(wall_ms); });
   if (store::SharedQueue* q = store_->shared()) timers_->JoinCluster(*q);
   if (Status s = timers_->Start(); !s.ok()) return s;
-  if (config_.http != "off") {
+  // The API serves the HTTP port and the gRPC port alike (rpc/listener.h).
+  if (config_.http != "off" || config_.grpc != "off") {
     http::ApiOptions ao;
     ao.access = {.token = config_.api_token,
                  .read_token = config_.api_read_token,
@@ -282,7 +285,9 @@ Status Server::Start() {
                                                   : http::ConsoleMode::kOn;
     ao.store_stats = [this] { return store_->stats(); };
     ao.beanstalk_connections = [this] { return uint64_t{listener_->sessions()}; };
-    ao.http_connections = [this] { return uint64_t{http_server_->connections()}; };
+    ao.http_connections = [this] {
+      return uint64_t{http_server_ ? http_server_->connections() : 0};
+    };
     ao.not_ready = [this](std::function<void(std::string)> done) { NotReady(std::move(done)); };
     if (engine_->clustered()) {
       ao.cluster_view = [this](std::function<void(Result<nlohmann::json>)> done) {
@@ -291,6 +296,8 @@ Status Server::Start() {
     }
     api_ = std::make_unique<http::Api>(io_, *engine_, clock_, dispatcher_.get(), nullptr,
                                        std::move(ao), timers_.get());
+  }
+  if (config_.http != "off") {
     http::ServerOptions so;
     so.max_body_bytes = config_.max_request_bytes;
     so.max_connections = config_.max_connections;
@@ -299,6 +306,15 @@ Status Server::Start() {
     if (!bound.ok()) return bound.status();
     addresses += " http=" + bound.value();
     http_address = bound.value();
+  }
+  if (config_.grpc != "off") {
+    grpc_listener_ = std::make_unique<rpc::Listener>(
+        io_, *api_,
+        rpc::ListenerOptions{.max_message_bytes = config_.max_request_bytes,
+                             .max_reserve_wait_ms = http::ApiOptions{}.max_reserve_wait_ms});
+    auto bound = grpc_listener_->Listen(config_.grpc);
+    if (!bound.ok()) return bound.status();
+    addresses += " grpc=" + bound.value();
   }
   if (engine_->clustered()) {
     if (Status s = StartCluster(first_beanstalk, http_address); !s.ok()) return s;
@@ -375,6 +391,7 @@ void Server::Shutdown() {
   stopping_ = true;
   listener_->StopAccepting();
   if (http_server_) http_server_->StopAccepting();
+  if (grpc_listener_) grpc_listener_->BeginShutdown();
   if (dispatcher_) dispatcher_->Stop();
   figures_timer_.cancel();
   purge_timer_.cancel();
@@ -392,6 +409,7 @@ void Server::WaitForQuiet(int attempts_left) {
   // (else they stay claimed by this node until their ttr runs out).
   const size_t busy = listener_->BusySessions() +
                       (http_server_ ? http_server_->busy_connections() : 0) +
+                      (grpc_listener_ ? grpc_listener_->busy() : 0) +
                       (dispatcher_ ? dispatcher_->stats().in_flight : 0) +
                       (engine_->clustered() ? engine_->PushClaimsInFlight() : 0);
   if (busy > 0 && attempts_left > 0) {

@@ -27,6 +27,7 @@
 #include "http/server.h"
 #include "protocol/beanstalk/listener.h"
 #include "rpc/grpc_sender.h"
+#include "rpc/listener.h"
 #include "server/config.h"
 #include "store/store.h"
 #include "timer/timer_service.h"
@@ -107,6 +108,7 @@ class Server {
   std::unique_ptr<timer::TimerService> timers_;
   std::unique_ptr<http::Api> api_;
   std::unique_ptr<http::Server> http_server_;
+  std::unique_ptr<rpc::Listener> grpc_listener_;  // --grpc; calls go to api_
   boost::asio::steady_timer purge_timer_;
   // Cluster mode (--cluster) only.
   std::string node_id_;
