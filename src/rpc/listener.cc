@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "common/json_text.h"
+#include "common/percent_encoding.h"
 #include "delayd/v1/jobs.grpc.pb.h"
 #include "delayd/v1/timers.grpc.pb.h"
 #include "delayd/v1/topics.grpc.pb.h"
@@ -49,7 +50,7 @@ std::string TimerPath(uint64_t id, std::string_view action = "") {
 Result<std::string> TopicPath(const std::string& topic, std::string_view rest = "",
                               const char* field = "topic") {
   if (topic.empty()) return Status::InvalidField(field, "is required");
-  std::string p = "/v1/topics/" + Escape(topic);
+  std::string p = "/v1/topics/" + PercentEncode(topic);
   if (!rest.empty()) p.append("/").append(rest);
   return p;
 }
@@ -69,17 +70,18 @@ Result<HttpCall> Call(std::string method, Result<std::string> path,
   return HttpCall{std::move(method), std::move(*path), std::move(query), std::move(*body)};
 }
 
-// A request's fields as a query string (List's filters).
-Result<std::string> QueryOf(const pb::Message& m) {
-  Result<std::string> obj = RequestJson(m);
+// A GET of `path` whose query holds the request's fields but its `id`
+// (List's filters, a count, a limit and cursor).
+Result<HttpCall> GetWithQuery(Result<std::string> path, const pb::Message& m) {
+  Result<std::string> obj = RequestJson(m, {"id"});
   if (!obj.ok()) return obj.status();
   const nlohmann::json j = nlohmann::json::parse(*obj);
   std::string q;
   for (const auto& [k, v] : j.items()) {
     if (!q.empty()) q += '&';
-    q += Escape(k) + "=" + Escape(v.is_string() ? v.get<std::string>() : v.dump());
+    q += PercentEncode(k) + "=" + PercentEncode(v.is_string() ? v.get<std::string>() : v.dump());
   }
-  return q;
+  return Call("GET", std::move(path), std::string(), std::move(q));
 }
 
 // The HTTP API's name of a refused field as the call's message names it: the
@@ -97,18 +99,16 @@ std::string FieldOfCall(std::string field, const std::string& prefix) {
 // How an answer's JSON fills a response.
 using Fill = std::function<Status(std::string_view json, pb::Message* out)>;
 
-Status FillWhole(std::string_view json, pb::Message* out) { return FillFromJson(json, out); }
+Status FillWhole(std::string_view json, pb::Message* out) { return FillFromJson(json, {out}); }
 
 // A submission's answer: the job and `duplicate` side by side.
 Status FillSubmitted(std::string_view json, v1::SubmitResponse* out) {
-  Status s = FillFromJson(json, out);
-  return s.ok() ? FillFromJson(json, out->mutable_job()) : s;
+  return FillFromJson(json, {out, out->mutable_job()});
 }
 
 // A topic's answer: its settings side by side with its figures.
 Status FillTopic(std::string_view json, v1::Topic* out) {
-  Status s = FillFromJson(json, out);
-  return s.ok() ? FillFromJson(json, out->mutable_settings()) : s;
+  return FillFromJson(json, {out, out->mutable_settings()});
 }
 
 }  // namespace
@@ -316,7 +316,7 @@ void Listener::Impl::Stream::Pump() {
     query += "&topics=";
     for (size_t i = 1; i < topics.size(); ++i) {
       if (i > 1) query += "%2C";
-      query += Escape(topics[i]);
+      query += PercentEncode(topics[i]);
     }
   }
   Result<std::string> path = TopicPath(topics[0], "reserve", "topics");
@@ -334,7 +334,7 @@ void Listener::Impl::Stream::Polled(http::Response res) {
   hangup.reset();
   if (res.status == 200) {
     v1::ReservedJob job;
-    Status s = FillFromJson(res.body, job.mutable_job());
+    Status s = FillFromJson(res.body, {job.mutable_job()});
     if (!s.ok()) return End(ToGrpc(s));
     out.push_back(std::move(job));
     --credit;
@@ -446,14 +446,11 @@ class JobsService final : public v1::Jobs::CallbackService {
   Reactor* GetByKey(Ctx* ctx, const v1::GetByKeyRequest* req, v1::Job* res) override {
     if (req->key().empty())
       return impl_.Unary(ctx, Status::InvalidField("key", "is required"), res);
-    return impl_.Unary(ctx, Call("GET", TopicPath(req->topic(), "keys/" + Escape(req->key()))),
-                       res);
+    return impl_.Unary(
+        ctx, Call("GET", TopicPath(req->topic(), "keys/" + PercentEncode(req->key()))), res);
   }
   Reactor* List(Ctx* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* res) override {
-    Result<std::string> query = QueryOf(*req);
-    if (!query.ok()) return impl_.Unary(ctx, query.status(), res);
-    return impl_.Unary(ctx, Call("GET", std::string("/v1/jobs"), std::string(), std::move(*query)),
-                       res);
+    return impl_.Unary(ctx, GetWithQuery(std::string("/v1/jobs"), *req), res);
   }
   Reactor* Update(Ctx* ctx, const v1::UpdateRequest* req, v1::Job* res) override {
     Result<std::string> body = RequestJson(*req, {"id", "clear_target", "clear_retry"});
@@ -573,10 +570,7 @@ class TimersService final : public v1::Timers::CallbackService {
     return impl_.Unary(ctx, Call("GET", TimerPath(req->id())), res);
   }
   Reactor* List(Ctx* ctx, const v1::ListTimersRequest* req, v1::ListTimersResponse* res) override {
-    Result<std::string> query = QueryOf(*req);
-    if (!query.ok()) return impl_.Unary(ctx, query.status(), res);
-    return impl_.Unary(
-        ctx, Call("GET", std::string("/v1/timers"), std::string(), std::move(*query)), res);
+    return impl_.Unary(ctx, GetWithQuery(std::string("/v1/timers"), *req), res);
   }
   Reactor* Update(Ctx* ctx, const v1::UpdateTimerRequest* req, v1::Timer* res) override {
     // Only the fields named change (all that are set when none is named).
@@ -613,10 +607,7 @@ class TimersService final : public v1::Timers::CallbackService {
     return impl_.Unary(ctx, Call("POST", TimerPath(req->id(), "resume")), res);
   }
   Reactor* Next(Ctx* ctx, const v1::NextFiresRequest* req, v1::FireTimes* res) override {
-    Result<std::string> query = QueryOf(*req);
-    if (!query.ok()) return impl_.Unary(ctx, query.status(), res);
-    return impl_.Unary(
-        ctx, Call("GET", TimerPath(req->id(), "next"), std::string(), std::move(*query)), res);
+    return impl_.Unary(ctx, GetWithQuery(TimerPath(req->id(), "next"), *req), res);
   }
   Reactor* Preview(Ctx* ctx, const v1::PreviewRequest* req, v1::FireTimes* res) override {
     Result<std::string> body = RequestJson(req->timer(), kTimerReadOnly, "timer");
@@ -627,10 +618,7 @@ class TimersService final : public v1::Timers::CallbackService {
                        FillWhole, "timer");
   }
   Reactor* Fires(Ctx* ctx, const v1::FiresRequest* req, v1::FiresResponse* res) override {
-    Result<std::string> query = QueryOf(*req);
-    if (!query.ok()) return impl_.Unary(ctx, query.status(), res);
-    return impl_.Unary(
-        ctx, Call("GET", TimerPath(req->id(), "fires"), std::string(), std::move(*query)), res);
+    return impl_.Unary(ctx, GetWithQuery(TimerPath(req->id(), "fires"), *req), res);
   }
 
  private:

@@ -18,6 +18,7 @@
 
 #include <google/protobuf/message.h>
 
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,9 +36,6 @@ struct HttpCall {
   std::string body;   // a JSON text, or empty
 };
 
-// `s` percent-encoded for a path segment or a query value.
-std::string Escape(std::string_view s);
-
 // `m` as the JSON object the HTTP API takes, without the fields in `skip`
 // (those in the path). Errors name the refused field after `prefix`
 // ("jobs[2].body"): a body that is not the JSON text it says it is, a
@@ -50,9 +48,10 @@ Result<std::string> RequestJson(const google::protobuf::Message& m,
 // `field` for a value the contract does not have.
 Result<std::string> EnumText(const google::protobuf::Message& m, std::string_view field);
 
-// Fills `m` from the JSON object `text` (an answer of the HTTP API). An
+// Fills each of `ms` from the JSON object `text` (an answer of the HTTP API;
+// a submission fills the job and the response around it), parsed once. An
 // error means the answer does not fit the message: a bug of the contract.
-Status FillFromJson(std::string_view text, google::protobuf::Message* m);
+Status FillFromJson(std::string_view text, std::initializer_list<google::protobuf::Message*> ms);
 
 // The HTTP API's problem document (its body and status) as a Problem.
 Problem ProblemFromJson(int http_status, std::string_view text);

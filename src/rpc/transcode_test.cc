@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/percent_encoding.h"
 #include "delayd/v1/jobs.pb.h"
 #include "delayd/v1/timers.pb.h"
 
@@ -84,7 +85,7 @@ TEST(TranscodeTest, AJobReadsBackWithItsBodyByteForByte) {
     "last_error":"HTTP 503","body":{"z": 1.50},"lease":{"lease":3,
     "expires_at":"2026-11-27T10:00:30Z","holder":"consumer"},"counters":{"reserves":2}})";
   v1::Job job;
-  Status s = FillFromJson(answer, &job);
+  Status s = FillFromJson(answer, {&job});
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(job.id(), 12u);
   EXPECT_EQ(job.key(), "");
@@ -100,13 +101,13 @@ TEST(TranscodeTest, AJobReadsBackWithItsBodyByteForByte) {
   EXPECT_EQ(job.last_error(), "HTTP 503");
 
   v1::Job bytes;
-  ASSERT_TRUE(FillFromJson(R"({"id":1,"body_base64":"AP8="})", &bytes).ok());
+  ASSERT_TRUE(FillFromJson(R"({"id":1,"body_base64":"AP8="})", {&bytes}).ok());
   EXPECT_EQ(bytes.body(), std::string("\x00\xff", 2));
   EXPECT_FALSE(bytes.body_is_json());
 
   // An answer that does not fit the message is a bug, said as one.
   v1::Job misfit;
-  Status m = FillFromJson(R"({"id":"twelve"})", &misfit);
+  Status m = FillFromJson(R"({"id":"twelve"})", {&misfit});
   EXPECT_EQ(m.code(), StatusCode::kInternal);
   EXPECT_NE(m.message().find("id"), std::string::npos);
 }
@@ -116,7 +117,7 @@ TEST(TranscodeTest, RepeatedMessagesAndTimesFill) {
   ASSERT_TRUE(FillFromJson(R"({"timer_id":4,"fires":[{"fire_at":"2026-11-27T09:00:00Z",
       "outcome":"created","job_id":9,"job_state":"done"},{"fire_at":"2026-11-28T09:00:00Z",
       "outcome":"skipped-overlap","job_id":null,"job_state":null}]})",
-                           &fires)
+                           {&fires})
                   .ok());
   ASSERT_EQ(fires.fires_size(), 2);
   EXPECT_EQ(fires.fires(0).job_state(), v1::JOB_STATE_DONE);
@@ -136,9 +137,10 @@ TEST(TranscodeTest, AProblemReadsBack) {
   EXPECT_EQ(ProblemFromJson(502, "<html>").detail, "HTTP status 502");
 }
 
-TEST(TranscodeTest, EscapeKeepsOnlyUnreservedCharacters) {
-  EXPECT_EQ(Escape("order 8812/ä?&"), "order%208812%2F%C3%A4%3F%26");
-  EXPECT_EQ(Escape("a-b_c.d~"), "a-b_c.d~");
+// The listener builds paths and queries with it (and delayctl).
+TEST(TranscodeTest, PercentEncodingKeepsOnlyUnreservedCharacters) {
+  EXPECT_EQ(PercentEncode("order 8812/ä?&"), "order%208812%2F%C3%A4%3F%26");
+  EXPECT_EQ(PercentEncode("a-b_c.d~"), "a-b_c.d~");
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <cctype>
 
+#include "common/percent_encoding.h"
+
 namespace delayctl {
 
 namespace {
@@ -84,19 +86,6 @@ Reply Client::Call(const std::string& method, const std::string& path,
   return r;
 }
 
-std::string Escape(const std::string& s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
+std::string Escape(const std::string& s) { return delayd::PercentEncode(s); }
 
 }  // namespace delayctl
