@@ -45,8 +45,10 @@
 #include <vector>
 
 #include "common/time_format.h"
+#include "load_util.h"
 
 using namespace std::chrono;
+using namespace delayd::bench;
 
 namespace {
 
@@ -54,10 +56,7 @@ namespace {
 // Delayd-Due-At, and answers 200 with an empty body.
 class FastReceiver {
  public:
-  struct Hit {
-    int64_t at_us;   // wall clock at receipt
-    int64_t due_ms;  // from Delayd-Due-At
-  };
+  using Hit = delayd::bench::Hit;
 
   FastReceiver() {
     listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -274,34 +273,6 @@ int Exchange(int fd, const std::string& target, const std::string& body, std::st
   }
 }
 
-const char* ArgText(int argc, char** argv, const char* name) {
-  for (int i = 2; i + 1 < argc; ++i) {
-    if (strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return nullptr;
-}
-
-long Arg(int argc, char** argv, const char* name, long dflt) {
-  const char* text = ArgText(argc, argv, name);
-  return text ? atol(text) : dflt;
-}
-
-// The machine's CPU steal (time the hypervisor gave to other guests) as
-// {steal, total} jiffies; on a shared VM it explains outliers.
-std::pair<long long, long long> CpuSteal() {
-  long long v[8] = {0};
-  if (FILE* f = fopen("/proc/stat", "r")) {
-    if (fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4],
-               &v[5], &v[6], &v[7]) != 8) {
-      v[7] = 0;
-    }
-    fclose(f);
-  }
-  long long total = 0;
-  for (long long x : v) total += x;
-  return {v[7], total};
-}
-
 // POSTs `jobs` items to `path` in batches of `batch` (1: one object per
 // request, else a JSON array) over `conns` connections; returns items/s.
 double Post(int port, const std::string& path, long jobs, long batch, long conns,
@@ -335,39 +306,6 @@ double Post(int port, const std::string& path, long jobs, long batch, long conns
   for (auto& t : threads) t.join();
   if (failed) exit(1);
   return jobs / duration<double>(steady_clock::now() - start).count();
-}
-
-double StealPct(std::pair<long long, long long> a, std::pair<long long, long long> b) {
-  return b.second > a.second
-             ? 100.0 * (b.first - a.first) / static_cast<double>(b.second - a.second)
-             : 0;
-}
-
-struct Lateness {
-  double p50_ms = 0, p99_ms = 0, max_ms = 0;
-  long early = 0;
-  double span_s = 0;  // first to last arrival
-};
-
-// Lateness (arrival minus due time) of `hits`.
-Lateness Measure(const std::vector<FastReceiver::Hit>& hits) {
-  std::vector<int64_t> late;
-  int64_t first_us = INT64_MAX, last_us = 0;
-  for (const FastReceiver::Hit& h : hits) {
-    late.push_back(h.at_us - h.due_ms * 1000);
-    first_us = std::min(first_us, h.at_us);
-    last_us = std::max(last_us, h.at_us);
-  }
-  Lateness l;
-  if (late.empty()) return l;
-  std::sort(late.begin(), late.end());
-  l.p50_ms = late[late.size() / 2] / 1000.0;
-  l.p99_ms = late[late.size() * 99 / 100] / 1000.0;
-  l.max_ms = late.back() / 1000.0;
-  l.early =
-      static_cast<long>(std::count_if(late.begin(), late.end(), [](int64_t x) { return x < 0; }));
-  l.span_s = (last_us - first_us) / 1e6;
-  return l;
 }
 
 void PutTopic(int port, const std::string& topic, const std::string& settings) {
@@ -448,22 +386,8 @@ int main(int argc, char** argv) {
       return "{\"run_at\":\"" + delayd::FormatRfc3339Ms(base + i * 1000 / jobs) +
              "\",\"body\":" + std::to_string(i) + "}";
     });
-    if (duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count() > base) {
-      fprintf(stderr, "submitting took longer than --lead-ms; raise it\n");
-      return 1;
-    }
-    // Steal is measured over the delivery window: from the first due time on.
-    std::this_thread::sleep_until(system_clock::time_point(milliseconds(base)));
-    const auto steal0 = CpuSteal();
-    const auto deadline = steady_clock::now() + seconds(120);
-    while (static_cast<long>(rx.count()) < jobs) {
-      if (steady_clock::now() > deadline) {
-        fprintf(stderr, "only %zu of %ld delivered in 120 s\n", rx.count(), jobs);
-        return 1;
-      }
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    const double steal_pct = StealPct(steal0, CpuSteal());
+    const double steal_pct = WaitForDeliveries([&] { return rx.count(); }, jobs, base);
+    if (steal_pct < 0) return 1;
     std::vector<FastReceiver::Hit> got = rx.hits();
     Dump(ArgText(argc, argv, "--dump"), got);
     const Lateness l = Measure(got);
