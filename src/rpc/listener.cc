@@ -168,11 +168,15 @@ grpc::ServerUnaryReactor* Listener::Impl::Unary(grpc::CallbackServerContext* ctx
     return reactor;
   }
   auto pc = std::make_shared<PendingCall>(reactor);
+  bool refused = false;
   {
+    // Decided under the lock Stop takes: a call is either refused here or
+    // waiting in `pending`, where Stop finds it; never both, never neither.
     std::lock_guard lock(mu);
-    if (!stopping) pending.insert(pc);
+    refused = stopping;
+    if (!refused) pending.insert(pc);
   }
-  if (stopping) {
+  if (refused) {
     reactor->Finish(ShuttingDown());
     return reactor;
   }
@@ -259,6 +263,7 @@ class ReserveReactor final : public grpc::ServerBidiReactor<v1::ReserveRequest, 
       : st_(std::make_shared<Listener::Impl::Stream>(impl, this,
                                                      Listener::Impl::AuthorizationOf(ctx))) {
     boost::asio::post(impl.io, [st = st_] {
+      if (st->ending) return;  // cancelled before it got here
       if (st->impl.stopping) return st->End(ShuttingDown());
       st->impl.streams.insert(st);
       st->r->StartRead(&st->in);
@@ -670,7 +675,10 @@ Result<std::string> Listener::Listen(const std::string& address) {
 }
 
 void Listener::BeginShutdown() {
-  impl_->stopping = true;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
   if (!impl_->server) return;
   if (auto* health = impl_->server->GetHealthCheckService()) health->SetServingStatus(false);
   std::vector<std::shared_ptr<Impl::Stream>> all(impl_->streams.begin(), impl_->streams.end());
@@ -684,11 +692,11 @@ size_t Listener::busy() const {
 
 void Listener::Stop() {
   if (!impl_->server) return;
-  impl_->stopping = true;
   // The loop has stopped: what still waits for it is answered here.
   std::vector<std::shared_ptr<Impl::PendingCall>> calls;
   {
     std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
     calls.assign(impl_->pending.begin(), impl_->pending.end());
   }
   for (auto& pc : calls) impl_->Complete(pc, ShuttingDown());
