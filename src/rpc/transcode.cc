@@ -381,11 +381,6 @@ Result<std::string> RequestJson(const pb::Message& m, const std::vector<std::str
   return out;
 }
 
-Result<std::string> EnumText(const pb::Message& m, std::string_view field) {
-  const FD* f = m.GetDescriptor()->FindFieldByName(std::string(field));
-  return EnumName(f, m.GetReflection()->GetEnumValue(m, f), std::string(field));
-}
-
 Status FillFromJson(std::string_view text, std::initializer_list<pb::Message*> ms) {
   const json j = json::parse(text, nullptr, false);
   for (pb::Message* m : ms) {

@@ -44,10 +44,6 @@ Result<std::string> RequestJson(const google::protobuf::Message& m,
                                 const std::vector<std::string_view>& skip = {},
                                 const std::string& prefix = "");
 
-// The enum value's name as the HTTP API writes it ("ready"); an error naming
-// `field` for a value the contract does not have.
-Result<std::string> EnumText(const google::protobuf::Message& m, std::string_view field);
-
 // Fills each of `ms` from the JSON object `text` (an answer of the HTTP API;
 // a submission fills the job and the response around it), parsed once. An
 // error means the answer does not fit the message: a bug of the contract.
