@@ -1,7 +1,8 @@
 #include "common/grpc_url.h"
 
 #include <cctype>
-#include <charconv>
+
+#include "common/host_port.h"
 
 namespace delayd {
 
@@ -21,34 +22,10 @@ std::optional<GrpcUrl> ParseGrpcUrl(std::string_view url) {
   }
   if (!url.empty() && url.back() == '/') url.remove_suffix(1);
   out.authority = std::string(url);
-  size_t colon;
-  if (!url.empty() && url.front() == '[') {
-    const size_t close = url.find(']');
-    if (close == url.npos || close + 1 >= url.size() || url[close + 1] != ':') return std::nullopt;
-    out.host = std::string(url.substr(1, close - 1));
-    colon = close + 1;
-    for (char c : out.host) {
-      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.')
-        return std::nullopt;
-    }
-  } else {
-    colon = url.rfind(':');
-    if (colon == url.npos) return std::nullopt;
-    out.host = std::string(url.substr(0, colon));
-    for (char c : out.host) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') {
-        return std::nullopt;
-      }
-    }
-  }
-  if (out.host.empty() || out.host.size() > 253) return std::nullopt;
-  std::string_view port = url.substr(colon + 1);
-  int p = 0;
-  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || p < 1 || p > 65535) {
-    return std::nullopt;
-  }
-  out.port = static_cast<uint16_t>(p);
+  std::optional<HostPort> hp = ParseHostPort(url);
+  if (!hp) return std::nullopt;
+  out.host = std::move(hp->host);
+  out.port = hp->port;
   return out;
 }
 

@@ -60,6 +60,11 @@ struct OutResult {
   std::string retry_after;  // the Retry-After header, if any
   int64_t duration_ms = 0;
   bool not_sent = false;  // delayd refused to send it (`error` says why): never retried
+  // A broker target's outcome (kafka://; kNone for HTTP and gRPC): the broker
+  // acknowledged the message, failed to (retried), or rejected it for good
+  // (dead at once unless the policy retries refusals). `error` says why not.
+  enum class Broker { kNone, kAcknowledged, kFailed, kRejected };
+  Broker broker = Broker::kNone;
 };
 
 // What the dispatcher sends through: each request's result is reported once,

@@ -57,13 +57,24 @@ bool GrpcCodeRetried(int code) {
 Decision Decide(const engine::RetryPolicy& p, const OutResult& r, uint32_t attempt, int64_t now_ms,
                 int64_t created_ms, double rand01) {
   Decision d;
-  if (r.grpc_code == 0 || (r.grpc_code < 0 && r.status >= 200 && r.status < 300)) return d;
+  using Broker = OutResult::Broker;
+  if (r.broker == Broker::kAcknowledged) return d;
+  if (r.broker == Broker::kNone &&
+      (r.grpc_code == 0 || (r.grpc_code < 0 && r.status >= 200 && r.status < 300))) {
+    return d;
+  }
   if (r.not_sent) {
     d.kind = Decision::Kind::kDead;
     d.reason = "not retried";
     return d;
   }
-  if (r.grpc_code > 0) {
+  if (r.broker != Broker::kNone) {
+    if (r.broker == Broker::kRejected && !p.retry_4xx) {
+      d.kind = Decision::Kind::kDead;
+      d.reason = "the broker's refusal is not retried";
+      return d;
+    }
+  } else if (r.grpc_code > 0) {
     if (!GrpcCodeRetried(r.grpc_code) && !p.retry_4xx) {
       d.kind = Decision::Kind::kDead;
       d.reason = "gRPC " + std::string(GrpcCodeName(r.grpc_code)) + " is not retried";

@@ -33,7 +33,9 @@ bool GrpcCodeRetried(int code);
 // retried; other statuses are dead at once unless the policy retries 4xx. A
 // Retry-After header replaces the backoff. gRPC (r.grpc_code >= 0): OK
 // succeeds, GrpcCodeRetried codes are retried, others are dead at once
-// unless the policy's retry_4xx (retry refusals) is set. Retries stop after
+// unless the policy's retry_4xx (retry refusals) is set. A broker target
+// (r.broker): acknowledged succeeds, failed is retried, rejected is dead at
+// once unless retry_4xx is set. Retries stop after
 // max_attempts or once the next try would come max_age_ms after the job was
 // created.
 Decision Decide(const engine::RetryPolicy& p, const OutResult& r, uint32_t attempt, int64_t now_ms,

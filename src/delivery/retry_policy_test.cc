@@ -78,6 +78,30 @@ TEST(RetryPolicyTest, ClassifiesGrpcCodes) {
   EXPECT_EQ(Decide(p, Grpc(3), 5, 0, 0, 0).kind, Decision::Kind::kDead);
 }
 
+TEST(RetryPolicyTest, ClassifiesBrokerOutcomes) {
+  auto broker = [](OutResult::Broker b) {
+    OutResult r;
+    r.broker = b;
+    if (b != OutResult::Broker::kAcknowledged) r.error = "MSG_SIZE_TOO_LARGE: too large";
+    return r;
+  };
+  using B = OutResult::Broker;
+  EXPECT_EQ(Decide(Policy(), broker(B::kAcknowledged), 1, 0, 0, 0).kind, Decision::Kind::kSuccess);
+  EXPECT_EQ(Decide(Policy(), broker(B::kFailed), 1, 0, 0, 0).kind, Decision::Kind::kRetry);
+  EXPECT_EQ(Decide(Policy(), broker(B::kFailed), 5, 0, 0, 0).kind, Decision::Kind::kDead);
+  Decision d = Decide(Policy(), broker(B::kRejected), 1, 0, 0, 0);
+  EXPECT_EQ(d.kind, Decision::Kind::kDead);
+  EXPECT_EQ(d.reason, "the broker's refusal is not retried");
+  engine::RetryPolicy p = Policy();
+  p.retry_4xx = true;
+  EXPECT_EQ(Decide(p, broker(B::kRejected), 1, 0, 0, 0).kind, Decision::Kind::kRetry);
+  // A broker's failure is not read as an HTTP or gRPC answer.
+  OutResult r = broker(B::kFailed);
+  r.status = 200;
+  r.grpc_code = 0;
+  EXPECT_EQ(Decide(Policy(), r, 1, 0, 0, 0).kind, Decision::Kind::kRetry);
+}
+
 TEST(RetryPolicyTest, StopsAfterMaxAttemptsAndMaxAge) {
   EXPECT_EQ(Decide(Policy(), Status(500), 4, 0, 0, 0).kind, Decision::Kind::kRetry);
   EXPECT_EQ(Decide(Policy(), Status(500), 5, 0, 0, 0).kind, Decision::Kind::kDead);

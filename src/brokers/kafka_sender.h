@@ -1,0 +1,67 @@
+// KafkaSender: push deliveries to Kafka targets
+// (kafka://BROKER[,BROKER...]/TOPIC), each a record produced with the job's
+// key (its id when it has none) as the partition key, the body byte for
+// byte as the value and delayd's headers and the target's own as record
+// headers; done once the delivery report says the cluster has it
+// (doc/brokers.md, "Kafka").
+//
+// One idempotent producer (enable.idempotence, acks=all) per cluster: per
+// bootstrap list, properties name and timeout, shared by every job sent
+// there. The target's timeout is the producer's message.timeout.ms, the
+// time an attempt may take with librdkafka's own retries, since librdkafka
+// has no timeout per record. librdkafka connects by itself, to the
+// bootstrap brokers and to those the cluster advertises; its connect
+// callback checks each address against the target policy first.
+//
+// Threading: Send() and Stop() on the event loop, whose executor runs every
+// callback. Each producer has a thread of its own polling librdkafka for
+// delivery reports, which it hands to the loop.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/executor.h"
+#include "delivery/http_client.h"
+#include "delivery/target_policy.h"
+
+namespace delayd::brokers {
+
+class KafkaSender final : public delivery::HttpSender {
+ public:
+  // `policy` and `clock` must outlive the sender.
+  KafkaSender(Executor executor, const delivery::TargetPolicy& policy, const Clock& clock);
+  ~KafkaSender() override;  // Stop()
+  KafkaSender(const KafkaSender&) = delete;
+  KafkaSender& operator=(const KafkaSender&) = delete;
+
+  void Send(delivery::OutRequest request, Callback done) override;
+  // Stops every producer: records not yet reported are purged and their
+  // callbacks never run (their jobs are sent again once their leases run
+  // out: at least once). Later sends are dropped.
+  void Stop();
+
+  // Producers kept (for tests and /metrics).
+  size_t producers() const { return producers_.size(); }
+
+  struct Producer;  // kafka_sender.cc
+
+ private:
+  void Fail(Callback done, delivery::OutResult r);  // reported on the loop
+  void DropIdle(int64_t now_us);
+
+  Executor executor_;
+  const delivery::TargetPolicy& policy_;
+  const Clock& clock_;
+  std::map<std::string, std::unique_ptr<Producer>> producers_;  // by cluster
+  int64_t swept_us_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace delayd::brokers
