@@ -14,6 +14,7 @@
 #include "common/grpc_url.h"
 #include "common/header_rules.h"
 #include "common/json_dump.h"
+#include "common/kafka_url.h"
 #include "common/time_format.h"
 #include "delivery/retry_policy.h"
 #include "engine/timer_key.h"
@@ -195,7 +196,7 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
     req.job.fire_ms = fire->fire_ms;
   }
   const bool grpc = IsGrpcUrl(target.url);
-  if (req.method != "GET" || grpc) req.body = *lease.body;
+  if (req.method != "GET" || grpc || IsKafkaUrl(target.url)) req.body = *lease.body;
   if (settings != nullptr && !settings->signing_secret.empty()) {
     req.headers.push_back("Delayd-Signature: " + Signature(settings->signing_secret,
                                                            clock_.WallMillis() / 1000, req.body));

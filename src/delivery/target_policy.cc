@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "common/grpc_url.h"
+#include "common/kafka_url.h"
 
 namespace delayd::delivery {
 namespace {
@@ -248,6 +249,17 @@ Status TargetPolicy::Check(std::string_view host, const std::optional<Address>& 
 }
 
 Status TargetPolicy::CheckUrl(const std::string& url) const {
+  if (IsKafkaUrl(url)) {
+    // Each bootstrap broker; the brokers the cluster advertises are checked
+    // as they are connected to (brokers/kafka_sender.h).
+    std::optional<KafkaUrl> k = ParseKafkaUrl(url);
+    if (!k) return Status::InvalidArgument("is not a URL this server can read");
+    for (const HostPort& b : k->brokers) {
+      const std::string host = NormalHost(b.host);
+      if (Status s = Check(host, ParseAddress(host), b.port); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
   std::optional<UrlParts> parts = ParseUrl(url);
   if (!parts) return Status::InvalidArgument("is not a URL this server can read");
   return Check(parts->host, ParseAddress(parts->host), parts->port);

@@ -6,6 +6,7 @@
 
 #include "common/grpc_url.h"
 #include "common/header_rules.h"
+#include "common/kafka_url.h"
 #include "common/time_format.h"
 
 namespace delayd::engine {
@@ -116,13 +117,25 @@ Result<Target> ParseTarget(const json& j, const std::string& prefix) {
     return Status::InvalidField(
         Join(prefix, "url"), "must be grpc://HOST:PORT or grpcs://HOST:PORT, with nothing after");
   }
+  const bool kafka = IsKafkaUrl(u);
+  if (kafka) {
+    std::string why;
+    std::optional<KafkaUrl> k = ParseKafkaUrl(u, &why);
+    if (!k) return Status::InvalidField(Join(prefix, "url"), why);
+    if (!k->properties.empty()) {
+      // doc/brokers.md: --kafka-properties is not built yet.
+      return Status::InvalidField(Join(prefix, "url"), "names Kafka properties " + k->properties +
+                                                           ", which this server does not have");
+    }
+  }
   bool http = u.rfind("http://", 0) == 0, https = u.rfind("https://", 0) == 0;
   size_t host_start = http ? 7 : 8;
-  if (!grpc && ((!http && !https) || u.size() <= host_start || u[host_start] == '/' ||
-                !IsHeaderValue(u) || u.find(' ') != u.npos)) {
-    return Status::InvalidField(
-        Join(prefix, "url"),
-        "must be an absolute http:// or https:// URL, or grpc://HOST:PORT (grpcs://)");
+  if (!grpc && !kafka &&
+      ((!http && !https) || u.size() <= host_start || u[host_start] == '/' || !IsHeaderValue(u) ||
+       u.find(' ') != u.npos)) {
+    return Status::InvalidField(Join(prefix, "url"),
+                                "must be an absolute http:// or https:// URL, grpc://HOST:PORT "
+                                "(grpcs://) or kafka://BROKER[,BROKER...]/TOPIC");
   }
   if (j.contains("method")) {
     Result<std::string> m = String(j["method"], Join(prefix, "method"));
@@ -160,6 +173,10 @@ Result<Target> ParseTarget(const json& j, const std::string& prefix) {
                                     "header " + name + " " + fault);
       }
     }
+  }
+  if (kafka && j.contains("method")) {
+    return Status::InvalidField(Join(prefix, "method"),
+                                "must be left out for a Kafka target, which is produced to");
   }
   if (j.contains("timeout_ms")) {
     Result<int64_t> ms = Millis(j["timeout_ms"], Join(prefix, "timeout_ms"), 1, kMaxTimeoutMs);

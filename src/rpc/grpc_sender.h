@@ -92,18 +92,4 @@ class GrpcSender final : public delivery::HttpSender {
   std::thread resolver_;
 };
 
-// Sends gRPC targets' requests through one sender and the rest (HTTP)
-// through the other.
-class SchemeRouter final : public delivery::HttpSender {
- public:
-  SchemeRouter(delivery::HttpSender& http, delivery::HttpSender& grpc) : http_(http), grpc_(grpc) {}
-  void Send(delivery::OutRequest request, Callback done) override {
-    (IsGrpcUrl(request.url) ? grpc_ : http_).Send(std::move(request), std::move(done));
-  }
-
- private:
-  delivery::HttpSender& http_;
-  delivery::HttpSender& grpc_;
-};
-
 }  // namespace delayd::rpc

@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
 
+#include "brokers/kafka_sender.h"
 #include "cluster/claimer.h"
 #include "cluster/id_blocks.h"
 #include "cluster/member.h"
@@ -22,6 +23,7 @@
 #include "common/clock.h"
 #include "delivery/dispatcher.h"
 #include "delivery/http_client.h"
+#include "delivery/target_router.h"
 #include "engine/engine.h"
 #include "http/api.h"
 #include "http/server.h"
@@ -102,8 +104,9 @@ class Server {
   std::unique_ptr<beanstalk::Listener> listener_;
   std::unique_ptr<delivery::TargetPolicy> target_policy_;  // read by http_client_ and api_
   std::unique_ptr<delivery::HttpClient> http_client_;
-  std::unique_ptr<rpc::GrpcSender> grpc_sender_;  // gRPC targets' deliveries
-  std::unique_ptr<rpc::SchemeRouter> sender_;     // the dispatcher's: HTTP or gRPC by URL
+  std::unique_ptr<rpc::GrpcSender> grpc_sender_;        // gRPC targets' deliveries
+  std::unique_ptr<brokers::KafkaSender> kafka_sender_;  // Kafka targets' deliveries
+  std::unique_ptr<delivery::TargetRouter> sender_;      // the dispatcher's: by the URL's kind
   std::unique_ptr<delivery::Dispatcher> dispatcher_;
   std::unique_ptr<timer::TimerService> timers_;
   std::unique_ptr<http::Api> api_;

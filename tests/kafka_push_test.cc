@@ -1,0 +1,253 @@
+// Push delivery to Kafka targets (kafka://BROKER[,BROKER...]/TOPIC) against
+// librdkafka's mock cluster: three brokers speaking the Kafka protocol on
+// loopback ports, in this test's process, read back by a librdkafka
+// consumer. Every job lands once with its key, body and headers and reads
+// back done; errors the cluster will not get over are dead letters with its
+// error; a cluster that is down makes jobs wait and retry, never lost; and
+// the URL rules.
+#include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include <map>
+
+#include "common/base64.h"
+#include "support/http.h"
+#include "support/process.h"
+
+namespace delayd::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+struct Record {
+  std::string key, value;
+  int32_t partition = -1;
+  std::map<std::string, std::string> headers;
+};
+
+// A three-broker mock cluster and a consumer of it.
+class MockKafka {
+ public:
+  MockKafka() {
+    char err[512];
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "log_level", "2", err, sizeof err);
+    rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    EXPECT_NE(rk_, nullptr) << err;
+    cluster_ = rd_kafka_mock_cluster_new(rk_, 3);
+    EXPECT_NE(cluster_, nullptr);
+    bootstrap_ = rd_kafka_mock_cluster_bootstraps(cluster_);
+  }
+  ~MockKafka() {
+    rd_kafka_mock_cluster_destroy(cluster_);
+    rd_kafka_destroy(rk_);
+  }
+  rd_kafka_mock_cluster_t* cluster() { return cluster_; }
+  void CreateTopic(const std::string& topic) {
+    EXPECT_EQ(rd_kafka_mock_topic_create(cluster_, topic.c_str(), kPartitions, 3),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  void SetBrokersUp(bool up) {
+    for (int32_t b = 1; b <= 3; ++b) {
+      up ? rd_kafka_mock_broker_set_up(cluster_, b) : rd_kafka_mock_broker_set_down(cluster_, b);
+    }
+  }
+  std::string url(const std::string& topic) const { return "kafka://" + bootstrap_ + "/" + topic; }
+
+  // Every record of `topic` from its start, once `n` are there or `wait`
+  // has passed.
+  std::vector<Record> Consume(const std::string& topic, size_t n, std::chrono::milliseconds wait) {
+    char err[512];
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap_.c_str(), err, sizeof err);
+    rd_kafka_conf_set(conf, "group.id", "kafka-push-test", err, sizeof err);
+    rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+    EXPECT_NE(rk, nullptr) << err;
+    if (rk == nullptr) return {};
+    rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(kPartitions);
+    for (int32_t p = 0; p < kPartitions; ++p) {
+      rd_kafka_topic_partition_list_add(parts, topic.c_str(), p)->offset =
+          RD_KAFKA_OFFSET_BEGINNING;
+    }
+    rd_kafka_assign(rk, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
+    std::vector<Record> out;
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
+      if (m == nullptr) continue;
+      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        Record r;
+        r.key.assign(static_cast<const char*>(m->key), m->key_len);
+        r.value.assign(static_cast<const char*>(m->payload), m->len);
+        r.partition = m->partition;
+        rd_kafka_headers_t* hdrs = nullptr;
+        if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+          const char* name;
+          const void* value;
+          size_t size;
+          for (size_t i = 0;
+               rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+               ++i) {
+            r.headers[name] = std::string(static_cast<const char*>(value), size);
+          }
+        }
+        out.push_back(std::move(r));
+      }
+      rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return out;
+  }
+
+ private:
+  static constexpr int32_t kPartitions = 4;
+  rd_kafka_t* rk_ = nullptr;
+  rd_kafka_mock_cluster_t* cluster_ = nullptr;
+  std::string bootstrap_;
+};
+
+class KafkaPushTest : public ::testing::Test {
+ protected:
+  void SetUp() override { server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-kpush")); }
+  HttpReply Call(const std::string& method, const std::string& target, const json& body = nullptr) {
+    return HttpCall(server_->http_port(), method, target, body.is_null() ? "" : body.dump());
+  }
+  json Submit(const std::string& topic, const json& job) {
+    HttpReply r = Call("POST", "/v1/topics/" + topic + "/jobs", job);
+    EXPECT_EQ(r.status, 201) << r.body;
+    return r.json();
+  }
+  json Job(uint64_t id) { return Call("GET", "/v1/jobs/" + std::to_string(id)).json(); }
+  bool WaitState(uint64_t id, const std::string& state, std::chrono::milliseconds timeout = 20s) {
+    return WaitUntil([&] { return Job(id)["state"] == state; }, timeout);
+  }
+  MockKafka kafka_;
+  std::unique_ptr<DelaydServer> server_;
+};
+
+TEST_F(KafkaPushTest, EveryJobLandsOnceWithItsKeyBodyAndHeadersAndReadsBackDone) {
+  kafka_.CreateTopic("orders");
+  ASSERT_EQ(Call("PUT", "/v1/topics/shop", {{"signing_secret", "s3cret"}}).status, 200);
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes += static_cast<char>(i);
+  const json target = {{"url", kafka_.url("orders")}, {"headers", {{"X-Tenant", "acme"}}}};
+  std::map<uint64_t, std::string> key_of, body_of;
+  for (int i = 0; i < 40; ++i) {
+    const std::string body = bytes + std::to_string(i);
+    json job = {{"body_base64", Base64Encode(body)}, {"target", target}};
+    if (i % 4 != 0) job["key"] = "order-" + std::to_string(8800 + i);
+    json j = Submit("shop", job);
+    const uint64_t id = j["id"];
+    key_of[id] = i % 4 != 0 ? "order-" + std::to_string(8800 + i) : std::to_string(id);
+    body_of[id] = body;
+  }
+  for (const auto& [id, key] : key_of) ASSERT_TRUE(WaitState(id, "done")) << Job(id);
+  std::vector<Record> got = kafka_.Consume("orders", 41, 3s);  // waits 3 s for one too many
+  ASSERT_EQ(got.size(), 40u) << "each job once";
+  for (const Record& r : got) {
+    const uint64_t id = std::stoull(r.headers.at("Delayd-Job-Id"));
+    ASSERT_TRUE(key_of.count(id)) << id;
+    EXPECT_EQ(r.key, key_of[id]) << "the job's key, or its id, is the record's key";
+    EXPECT_EQ(r.value, body_of[id]) << "the body byte for byte";
+    EXPECT_EQ(r.headers.at("Delayd-Topic"), "shop");
+    EXPECT_EQ(r.headers.at("Delayd-Attempt"), "1");
+    EXPECT_EQ(r.headers.at("X-Tenant"), "acme");
+    EXPECT_TRUE(r.headers.count("Delayd-Signature")) << "signed as over HTTP";
+    EXPECT_TRUE(r.headers.count("Delayd-Due-At"));
+  }
+  json attempts =
+      Call("GET", "/v1/jobs/" + std::to_string(key_of.begin()->first) + "/attempts").json();
+  ASSERT_EQ(attempts["attempts"].size(), 1u) << attempts;
+  EXPECT_EQ(attempts["attempts"][0]["outcome"], "ok") << attempts;
+}
+
+TEST_F(KafkaPushTest, ARecordTheClusterRefusesIsADeadLetterWithItsError) {
+  // A cluster without the topic (auto-creation off) answers this.
+  rd_kafka_mock_topic_set_error(kafka_.cluster(), "gone", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  const json retry = {{"initial_backoff_ms", 100}, {"jitter", false}, {"max_attempts", 5}};
+  json j =
+      Submit("t", {{"body", "x"}, {"target", {{"url", kafka_.url("gone")}}}, {"retry", retry}});
+  ASSERT_TRUE(WaitState(j["id"], "buried")) << Job(j["id"]) << server_->log();
+  json dead = Job(j["id"]);
+  EXPECT_EQ(dead["attempts"], 1) << "not retried";
+  const std::string error = dead["last_error"].get<std::string>();
+  EXPECT_NE(error.find("UNKNOWN_TOPIC"), std::string::npos) << error;
+  EXPECT_NE(error.find("not retried"), std::string::npos) << error;
+}
+
+TEST_F(KafkaPushTest, AClusterThatIsDownMakesJobsWaitAndRetryAndLosesNothing) {
+  kafka_.CreateTopic("orders");
+  kafka_.SetBrokersUp(false);
+  const json retry = {{"initial_backoff_ms", 200}, {"max_backoff_ms", 500}, {"max_attempts", 100}};
+  const json target = {{"url", kafka_.url("orders")}, {"timeout_ms", 500}};
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 10; ++i) {
+    ids.push_back(Submit("t", {{"body", i}, {"target", target}, {"retry", retry}})["id"]);
+  }
+  // Each fails while the cluster is down, and waits to be tried again.
+  ASSERT_TRUE(WaitUntil([&] { return Job(ids.back())["attempts"].get<int>() >= 2; }, 20s))
+      << Job(ids.back()) << server_->log();
+  for (uint64_t id : ids) EXPECT_NE(Job(id)["state"], "done") << Job(id);
+  EXPECT_NE(Job(ids[0])["last_error"].get<std::string>().find("MSG_TIMED_OUT"), std::string::npos)
+      << Job(ids[0]);
+  kafka_.SetBrokersUp(true);
+  for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done", 30s)) << Job(id);
+  std::vector<Record> got = kafka_.Consume("orders", ids.size(), 20s);
+  std::map<uint64_t, int> seen;
+  for (const Record& r : got) ++seen[std::stoull(r.headers.at("Delayd-Job-Id"))];
+  for (uint64_t id : ids) EXPECT_GE(seen[id], 1) << "job " << id << " was lost";
+}
+
+// kill -9 while records are in flight: after the restart every job lands,
+// and only those not yet done at the kill may land twice (at least once).
+TEST_F(KafkaPushTest, KillNineMidFlightDuplicatesAtMostTheJobsInFlight) {
+  kafka_.CreateTopic("orders");
+  // Slow acknowledgements keep records in flight when the kill comes.
+  for (int32_t b = 1; b <= 3; ++b) rd_kafka_mock_broker_set_rtt(kafka_.cluster(), b, 300);
+  const json target = {{"url", kafka_.url("orders")}, {"timeout_ms", 5000}};
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 200; ++i) {
+    ids.push_back(Submit("t", {{"body", i}, {"target", target}})["id"]);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return Job(ids.front())["attempts"].get<int>() >= 1; }, 20s));
+  server_->Kill9();
+  for (int32_t b = 1; b <= 3; ++b) rd_kafka_mock_broker_set_rtt(kafka_.cluster(), b, 0);
+  server_->Restart();
+  size_t done_before = 0;  // read after the restart: what the kill left done
+  for (uint64_t id : ids) done_before += Job(id)["state"] == "done";
+  for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done", 30s)) << Job(id);
+  std::vector<Record> got = kafka_.Consume("orders", 2 * ids.size(), 5s);
+  std::map<uint64_t, int> seen;
+  for (const Record& r : got) ++seen[std::stoull(r.headers.at("Delayd-Job-Id"))];
+  size_t twice = 0;
+  for (uint64_t id : ids) {
+    EXPECT_GE(seen[id], 1) << "job " << id << " was lost";
+    twice += seen[id] > 1;
+  }
+  EXPECT_LE(twice, ids.size() - done_before) << "only jobs not done at the kill land twice";
+  EXPECT_LT(done_before, ids.size()) << "the kill came with records in flight";
+}
+
+TEST_F(KafkaPushTest, TargetsThatCannotBeProducedToAreRefusedNamingTheField) {
+  auto refused = [&](const json& target) {
+    HttpReply r = Call("POST", "/v1/topics/t/jobs", {{"body", 1}, {"target", target}});
+    EXPECT_EQ(r.status, 400) << target << r.body;
+    return r.json().value("field", "");
+  };
+  EXPECT_EQ(refused({{"url", "kafka://127.0.0.1:9092"}}), "target.url") << "no topic";
+  EXPECT_EQ(refused({{"url", "kafka://127.0.0.1:9092/bad topic"}}), "target.url");
+  EXPECT_EQ(refused({{"url", "kafka://127.0.0.1:9092,/orders"}}), "target.url");
+  EXPECT_EQ(refused({{"url", "kafka://127.0.0.1:9092/orders?properties=none"}}), "target.url");
+  EXPECT_EQ(refused({{"url", "kafka://127.0.0.1:9092,169.254.169.254:9092/orders"}}), "target.url")
+      << "the target policy judges every broker";
+  EXPECT_EQ(refused({{"url", "kafka://127.0.0.1:9092/orders"}, {"method", "PUT"}}),
+            "target.method");
+  EXPECT_EQ(Call("GET", "/v1/jobs?topic=t").json()["jobs"].size(), 0u) << "nothing was kept";
+}
+
+}  // namespace
+}  // namespace delayd::testing
