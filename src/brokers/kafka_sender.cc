@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "brokers/c11_threads_tsan.h"  // under TSan only
 #include "common/kafka_url.h"
 
 namespace delayd::brokers {

@@ -335,25 +335,3 @@ void GrpcSender::DropIdle(int64_t now_us) {
 }
 
 }  // namespace delayd::rpc
-
-#if defined(__SANITIZE_THREAD__)
-// ThreadSanitizer's suppressions for every binary that links the sender
-// (delayd, its tests). Debian's gRPC, abseil and protobuf are not built for
-// TSan and synchronise their threads through abseil's futex-based mutex,
-// which TSan cannot see: it reports races inside them that are not there
-// (hundreds in one run of grpc_push_test). The sender's own hand-offs with
-// gRPC's threads go through in_flight_'s mutex, which TSan sees; the price
-// is that a race of ours with a gRPC frame on its stack would be hidden too.
-extern "C" const char* __tsan_default_suppressions() {
-  return "race:libgrpc.so\n"
-         "race:libgrpc++.so\n"
-         "race:libgpr.so\n"
-         "race:libabsl_\n"
-         "race:libprotobuf.so\n"
-         "race:libupb.so\n"
-         "called_from_lib:libgrpc.so\n"
-         "called_from_lib:libgrpc++.so\n"
-         "called_from_lib:libgpr.so\n"
-         "called_from_lib:libprotobuf.so\n";
-}
-#endif
