@@ -6,14 +6,13 @@
 // error; a cluster that is down makes jobs wait and retry, never lost; and
 // the URL rules.
 #include <gtest/gtest.h>
-#include <librdkafka/rdkafka.h>
-#include <librdkafka/rdkafka_mock.h>
 
 #include <map>
 
 #include "brokers/c11_threads_tsan.h"  // under TSan only: the mock cluster's threads
 #include "common/base64.h"
 #include "support/http.h"
+#include "support/mock_kafka.h"
 #include "support/process.h"
 
 namespace delayd::testing {
@@ -21,95 +20,6 @@ namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
-
-struct Record {
-  std::string key, value;
-  int32_t partition = -1;
-  std::map<std::string, std::string> headers;
-};
-
-// A three-broker mock cluster and a consumer of it.
-class MockKafka {
- public:
-  MockKafka() {
-    char err[512];
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "log_level", "2", err, sizeof err);
-    rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
-    EXPECT_NE(rk_, nullptr) << err;
-    cluster_ = rd_kafka_mock_cluster_new(rk_, 3);
-    EXPECT_NE(cluster_, nullptr);
-    bootstrap_ = rd_kafka_mock_cluster_bootstraps(cluster_);
-  }
-  ~MockKafka() {
-    rd_kafka_mock_cluster_destroy(cluster_);
-    rd_kafka_destroy(rk_);
-  }
-  rd_kafka_mock_cluster_t* cluster() { return cluster_; }
-  void CreateTopic(const std::string& topic) {
-    EXPECT_EQ(rd_kafka_mock_topic_create(cluster_, topic.c_str(), kPartitions, 3),
-              RD_KAFKA_RESP_ERR_NO_ERROR);
-  }
-  void SetBrokersUp(bool up) {
-    for (int32_t b = 1; b <= 3; ++b) {
-      up ? rd_kafka_mock_broker_set_up(cluster_, b) : rd_kafka_mock_broker_set_down(cluster_, b);
-    }
-  }
-  std::string url(const std::string& topic) const { return "kafka://" + bootstrap_ + "/" + topic; }
-
-  // Every record of `topic` from its start, once `n` are there or `wait`
-  // has passed.
-  std::vector<Record> Consume(const std::string& topic, size_t n, std::chrono::milliseconds wait) {
-    char err[512];
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap_.c_str(), err, sizeof err);
-    rd_kafka_conf_set(conf, "group.id", "kafka-push-test", err, sizeof err);
-    rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
-    EXPECT_NE(rk, nullptr) << err;
-    if (rk == nullptr) return {};
-    rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(kPartitions);
-    for (int32_t p = 0; p < kPartitions; ++p) {
-      rd_kafka_topic_partition_list_add(parts, topic.c_str(), p)->offset =
-          RD_KAFKA_OFFSET_BEGINNING;
-    }
-    rd_kafka_assign(rk, parts);
-    rd_kafka_topic_partition_list_destroy(parts);
-    std::vector<Record> out;
-    const auto deadline = std::chrono::steady_clock::now() + wait;
-    while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
-      rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
-      if (m == nullptr) continue;
-      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        Record r;
-        r.key.assign(static_cast<const char*>(m->key), m->key_len);
-        r.value.assign(static_cast<const char*>(m->payload), m->len);
-        r.partition = m->partition;
-        rd_kafka_headers_t* hdrs = nullptr;
-        if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-          const char* name;
-          const void* value;
-          size_t size;
-          for (size_t i = 0;
-               rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-               ++i) {
-            r.headers[name] = std::string(static_cast<const char*>(value), size);
-          }
-        }
-        out.push_back(std::move(r));
-      }
-      rd_kafka_message_destroy(m);
-    }
-    rd_kafka_consumer_close(rk);
-    rd_kafka_destroy(rk);
-    return out;
-  }
-
- private:
-  static constexpr int32_t kPartitions = 4;
-  rd_kafka_t* rk_ = nullptr;
-  rd_kafka_mock_cluster_t* cluster_ = nullptr;
-  std::string bootstrap_;
-};
 
 class KafkaPushTest : public ::testing::Test {
  protected:
@@ -147,9 +57,9 @@ TEST_F(KafkaPushTest, EveryJobLandsOnceWithItsKeyBodyAndHeadersAndReadsBackDone)
     body_of[id] = body;
   }
   for (const auto& [id, key] : key_of) ASSERT_TRUE(WaitState(id, "done")) << Job(id);
-  std::vector<Record> got = kafka_.Consume("orders", 41, 3s);  // waits 3 s for one too many
+  std::vector<KafkaRecord> got = kafka_.Consume("orders", 41, 3s);  // waits 3 s for one too many
   ASSERT_EQ(got.size(), 40u) << "each job once";
-  for (const Record& r : got) {
+  for (const KafkaRecord& r : got) {
     const uint64_t id = std::stoull(r.headers.at("Delayd-Job-Id"));
     ASSERT_TRUE(key_of.count(id)) << id;
     EXPECT_EQ(r.key, key_of[id]) << "the job's key, or its id, is the record's key";
@@ -197,9 +107,9 @@ TEST_F(KafkaPushTest, AClusterThatIsDownMakesJobsWaitAndRetryAndLosesNothing) {
       << Job(ids[0]);
   kafka_.SetBrokersUp(true);
   for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done", 30s)) << Job(id);
-  std::vector<Record> got = kafka_.Consume("orders", ids.size(), 20s);
+  std::vector<KafkaRecord> got = kafka_.Consume("orders", ids.size(), 20s);
   std::map<uint64_t, int> seen;
-  for (const Record& r : got) ++seen[std::stoull(r.headers.at("Delayd-Job-Id"))];
+  for (const KafkaRecord& r : got) ++seen[std::stoull(r.headers.at("Delayd-Job-Id"))];
   for (uint64_t id : ids) EXPECT_GE(seen[id], 1) << "job " << id << " was lost";
 }
 
@@ -225,9 +135,9 @@ TEST_F(KafkaPushTest, KillNineMidFlightDuplicatesAtMostTheJobsInFlight) {
   for (uint64_t id : ids) done_before += Job(id)["state"] == "done";
   kafka_.SetBrokersUp(true);
   for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done", 30s)) << Job(id);
-  std::vector<Record> got = kafka_.Consume("orders", 2 * ids.size(), 5s);
+  std::vector<KafkaRecord> got = kafka_.Consume("orders", 2 * ids.size(), 5s);
   std::map<uint64_t, int> seen;
-  for (const Record& r : got) ++seen[std::stoull(r.headers.at("Delayd-Job-Id"))];
+  for (const KafkaRecord& r : got) ++seen[std::stoull(r.headers.at("Delayd-Job-Id"))];
   size_t twice = 0;
   for (uint64_t id : ids) {
     EXPECT_GE(seen[id], 1) << "job " << id << " was lost";

@@ -1,8 +1,6 @@
 #include "brokers/kafka_sender.h"
 
 #include <gtest/gtest.h>
-#include <librdkafka/rdkafka.h>
-#include <librdkafka/rdkafka_mock.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -10,6 +8,8 @@
 #include <map>
 #include <optional>
 #include <thread>
+
+#include "support/mock_kafka.h"
 
 namespace delayd::brokers {
 namespace {
@@ -20,40 +20,18 @@ using namespace std::chrono_literals;
 
 constexpr int16_t kProduceApi = 0;  // Kafka's ApiKey for Produce
 
-struct Consumed {
-  std::string key, value;
-  int32_t partition = -1;
-  std::map<std::string, std::string> headers;
-};
-
 class KafkaSenderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // A mock cluster of three brokers in this process, on loopback ports:
-    // the Kafka protocol on real sockets (librdkafka's rdkafka_mock.h).
-    char err[512];
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "log_level", "3", err, sizeof err);
-    mock_rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
-    ASSERT_NE(mock_rk_, nullptr) << err;
-    cluster_ = rd_kafka_mock_cluster_new(mock_rk_, 3);
-    ASSERT_NE(cluster_, nullptr);
-    bootstrap_ = rd_kafka_mock_cluster_bootstraps(cluster_);
-    ASSERT_EQ(rd_kafka_mock_topic_create(cluster_, "orders", 4, 3), RD_KAFKA_RESP_ERR_NO_ERROR);
+    kafka_.CreateTopic("orders");
     NewSender();
   }
-  void TearDown() override {
-    sender_.reset();
-    if (cluster_ != nullptr) rd_kafka_mock_cluster_destroy(cluster_);
-    if (mock_rk_ != nullptr) rd_kafka_destroy(mock_rk_);
-  }
+  void TearDown() override { sender_.reset(); }
   void NewSender() {
     sender_ = std::make_unique<KafkaSender>(
         [this](std::function<void()> f) { boost::asio::post(io_, std::move(f)); }, policy_, clock_);
   }
-  std::string url(const std::string& topic = "orders") const {
-    return "kafka://" + bootstrap_ + "/" + topic;
-  }
+  std::string url(const std::string& topic = "orders") const { return kafka_.url(topic); }
   OutRequest Request(uint64_t id, std::string key, std::string body) {
     OutRequest r;
     r.url = url();
@@ -75,59 +53,10 @@ class KafkaSenderTest : public ::testing::Test {
     }
     return result;
   }
-  // Every record of `topic` from the start, once `n` are there (`wait` at most).
-  std::vector<Consumed> Consume(const std::string& topic, size_t n,
-                                std::chrono::milliseconds wait = 20s) {
-    char err[512];
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap_.c_str(), err, sizeof err);
-    rd_kafka_conf_set(conf, "group.id", "kafka-sender-test", err, sizeof err);
-    rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
-    EXPECT_NE(rk, nullptr) << err;
-    if (rk == nullptr) return {};
-    rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(4);
-    for (int32_t p = 0; p < 4; ++p) {
-      rd_kafka_topic_partition_list_add(parts, topic.c_str(), p)->offset =
-          RD_KAFKA_OFFSET_BEGINNING;
-    }
-    rd_kafka_assign(rk, parts);
-    rd_kafka_topic_partition_list_destroy(parts);
-    std::vector<Consumed> out;
-    const auto deadline = std::chrono::steady_clock::now() + wait;
-    while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
-      rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
-      if (m == nullptr) continue;
-      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        Consumed c;
-        c.key.assign(static_cast<const char*>(m->key), m->key_len);
-        c.value.assign(static_cast<const char*>(m->payload), m->len);
-        c.partition = m->partition;
-        rd_kafka_headers_t* hdrs = nullptr;
-        if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-          const char* name;
-          const void* value;
-          size_t size;
-          for (size_t i = 0;
-               rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-               ++i) {
-            c.headers[name] = std::string(static_cast<const char*>(value), size);
-          }
-        }
-        out.push_back(std::move(c));
-      }
-      rd_kafka_message_destroy(m);
-    }
-    rd_kafka_consumer_close(rk);
-    rd_kafka_destroy(rk);
-    return out;
-  }
-
   boost::asio::io_context io_;
   SystemClock clock_;
   delivery::TargetPolicy policy_;
-  rd_kafka_t* mock_rk_ = nullptr;
-  rd_kafka_mock_cluster_t* cluster_ = nullptr;
-  std::string bootstrap_;
+  testing::MockKafka kafka_;
   std::unique_ptr<KafkaSender> sender_;
 };
 
@@ -142,15 +71,15 @@ TEST_F(KafkaSenderTest, ProducesEachJobWithItsKeyBodyAndHeadersThroughOneProduce
     EXPECT_TRUE(r->error.empty()) << r->error;
   }
   EXPECT_EQ(sender_->producers(), 1u) << "one producer per cluster, reused";
-  std::vector<Consumed> got = Consume("orders", 3);
+  std::vector<testing::KafkaRecord> got = kafka_.Consume("orders", 3, 20s);
   ASSERT_EQ(got.size(), 3u);
-  std::map<std::string, std::vector<Consumed>> by_key;
-  for (Consumed& c : got) by_key[c.key].push_back(std::move(c));
+  std::map<std::string, std::vector<testing::KafkaRecord>> by_key;
+  for (testing::KafkaRecord& c : got) by_key[c.key].push_back(std::move(c));
   ASSERT_EQ(by_key["order-8812"].size(), 2u) << "the job's key is the record's key";
   ASSERT_EQ(by_key["2"].size(), 1u) << "a job without a key goes under its id";
   EXPECT_EQ(by_key["order-8812"][0].partition, by_key["order-8812"][1].partition)
       << "one key, one partition";
-  const Consumed& two = by_key["2"][0];
+  const testing::KafkaRecord& two = by_key["2"][0];
   EXPECT_EQ(two.value, all + "2") << "the body byte for byte";
   EXPECT_EQ(two.headers.at("Delayd-Job-Id"), "2");
   EXPECT_EQ(two.headers.at("Delayd-Attempt"), "1");
@@ -159,7 +88,8 @@ TEST_F(KafkaSenderTest, ProducesEachJobWithItsKeyBodyAndHeadersThroughOneProduce
 }
 
 TEST_F(KafkaSenderTest, ARecordTheClusterRefusesIsRejectedWithTheBrokersError) {
-  rd_kafka_mock_push_request_errors(cluster_, kProduceApi, 1, RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+  rd_kafka_mock_push_request_errors(kafka_.cluster(), kProduceApi, 1,
+                                    RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
   auto r = SendAndWait(Request(1, "k", "x"));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->broker, OutResult::Broker::kRejected) << r->error;
@@ -167,12 +97,14 @@ TEST_F(KafkaSenderTest, ARecordTheClusterRefusesIsRejectedWithTheBrokersError) {
 }
 
 TEST_F(KafkaSenderTest, AnErrorTheProducerRetriesEndsAcknowledgedAndOnce) {
-  rd_kafka_mock_push_request_errors(cluster_, kProduceApi, 2, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+  rd_kafka_mock_push_request_errors(kafka_.cluster(), kProduceApi, 2,
+                                    RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
                                     RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS);
   auto r = SendAndWait(Request(7, "k7", "once"));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->broker, OutResult::Broker::kAcknowledged) << r->error;
-  std::vector<Consumed> got = Consume("orders", 2, 3s);  // waits 3 s for a second
+  std::vector<testing::KafkaRecord> got =
+      kafka_.Consume("orders", 2, 3s);  // waits 3 s for a second
   ASSERT_EQ(got.size(), 1u) << "the idempotent producer wrote it once";
   EXPECT_EQ(got[0].value, "once");
 }
@@ -180,7 +112,8 @@ TEST_F(KafkaSenderTest, AnErrorTheProducerRetriesEndsAcknowledgedAndOnce) {
 TEST_F(KafkaSenderTest, AnUnknownTopicIsRejected) {
   // The mock cluster would make any topic asked for; a real one with
   // auto-creation off answers this.
-  rd_kafka_mock_topic_set_error(cluster_, "no-such-topic", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  rd_kafka_mock_topic_set_error(kafka_.cluster(), "no-such-topic",
+                                RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
   OutRequest req = Request(1, "k", "x");
   req.url = url("no-such-topic");
   auto r = SendAndWait(std::move(req));
@@ -198,12 +131,12 @@ TEST_F(KafkaSenderTest, ABrokerThePolicyRefusesIsNeverConnectedTo) {
   EXPECT_EQ(r->broker, OutResult::Broker::kFailed) << "retried, as a refused HTTP connection is";
   EXPECT_EQ(r->error.rfind("refused by the target policy", 0), 0u) << r->error;
   policy_ = delivery::TargetPolicy();
-  EXPECT_TRUE(Consume("orders", 1, 2s).empty());
+  EXPECT_TRUE(kafka_.Consume("orders", 1, 2s).empty());
 }
 
 TEST_F(KafkaSenderTest, ABadUrlIsNotSent) {
   OutRequest req = Request(1, "k", "x");
-  req.url = "kafka://" + bootstrap_ + "/bad topic";
+  req.url = "kafka://" + kafka_.bootstrap() + "/bad topic";
   auto r = SendAndWait(std::move(req));
   ASSERT_TRUE(r);
   EXPECT_TRUE(r->not_sent);
@@ -211,9 +144,7 @@ TEST_F(KafkaSenderTest, ABadUrlIsNotSent) {
 }
 
 TEST_F(KafkaSenderTest, StopDropsRecordsInFlightAndRunsNoCallbackAfter) {
-  rd_kafka_mock_broker_set_down(cluster_, 1);
-  rd_kafka_mock_broker_set_down(cluster_, 2);
-  rd_kafka_mock_broker_set_down(cluster_, 3);
+  kafka_.SetBrokersUp(false);
   bool called = false;
   sender_->Send(Request(1, "k", "x"), [&](OutResult) { called = true; });
   const auto start = std::chrono::steady_clock::now();
