@@ -107,8 +107,12 @@ void KafkaSender::Producer::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m,
     r.broker = Rejected(m->err) ? OutResult::Broker::kRejected : OutResult::Broker::kFailed;
     r.timed_out = m->err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
     r.error = ErrorText(m->err);
-    std::lock_guard lock(p->mu);
-    if (!p->refusal.empty()) r.error = p->refusal + " (" + r.error + ")";
+    if (r.broker == OutResult::Broker::kFailed) {
+      // A record that could not reach the cluster says why, when the policy
+      // is why; one the cluster rejected says only what the cluster said.
+      std::lock_guard lock(p->mu);
+      if (!p->refusal.empty()) r.error = p->refusal + " (" + r.error + ")";
+    }
   }
   KafkaSender* s = p->sender;
   s->executor_([s, rec = std::move(rec), r = std::move(r)]() mutable {
