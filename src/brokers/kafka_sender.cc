@@ -8,7 +8,9 @@
 #include <cerrno>
 
 #include "brokers/c11_threads_tsan.h"  // under TSan only
+#include "brokers/limits.h"
 #include "common/kafka_url.h"
+#include "delivery/header_line.h"
 
 namespace delayd::brokers {
 
@@ -17,10 +19,7 @@ using delivery::OutResult;
 
 namespace {
 
-constexpr int64_t kSweepUs = 60'000'000;  // idle producers are looked for this often
-constexpr int64_t kIdleUs = 300'000'000;  // a producer unused this long is closed
-constexpr int kStopFlushMs = 2000;        // Stop waits this long for purged records' reports
-constexpr int kConnectWaitMs = 10'000;    // a connection to a broker may take this long
+constexpr int kStopFlushMs = 2000;  // Stop waits this long for purged records' reports
 
 // Errors that no retry will cure: the cluster refused the record itself.
 bool Rejected(rd_kafka_resp_err_t e) {
@@ -244,12 +243,10 @@ void KafkaSender::Send(OutRequest req, Callback done) {
 
   rd_kafka_headers_t* headers = rd_kafka_headers_new(req.headers.size());
   for (const std::string& h : req.headers) {
-    const size_t colon = h.find(':');
-    if (colon == std::string::npos) continue;
-    size_t v = colon + 1;
-    while (v < h.size() && h[v] == ' ') ++v;
-    rd_kafka_header_add(headers, h.data(), static_cast<ssize_t>(colon), h.data() + v,
-                        static_cast<ssize_t>(h.size() - v));
+    if (auto nv = delivery::SplitHeaderLine(h)) {
+      rd_kafka_header_add(headers, nv->first.data(), static_cast<ssize_t>(nv->first.size()),
+                          nv->second.data(), static_cast<ssize_t>(nv->second.size()));
+    }
   }
   const std::string record_key = req.job.key.empty() ? std::to_string(req.job.id) : req.job.key;
   auto rec = std::make_unique<Record>();

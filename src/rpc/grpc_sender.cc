@@ -10,6 +10,7 @@
 #include <cctype>
 
 #include "delayd/v1/receiver.grpc.pb.h"
+#include "delivery/header_line.h"
 #include "delivery/retry_policy.h"
 
 namespace delayd::rpc {
@@ -257,15 +258,13 @@ void GrpcSender::StartCall(Target& t, OutRequest req, Callback done) {
   call->ctx.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::milliseconds(req.timeout_ms));
   for (const std::string& h : req.headers) {
-    const size_t colon = h.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = h.substr(0, colon);
+    std::optional<std::pair<std::string_view, std::string_view>> nv = delivery::SplitHeaderLine(h);
+    if (!nv) continue;
+    std::string name(nv->first);
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (name == "content-type") continue;  // gRPC's own
-    size_t v = colon + 1;
-    while (v < h.size() && h[v] == ' ') ++v;
-    call->ctx.AddMetadata(name, h.substr(v));
+    call->ctx.AddMetadata(name, std::string(nv->second));
   }
   delayd::v1::Delivery& d = call->request;
   d.set_id(req.job.id);
