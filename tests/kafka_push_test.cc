@@ -74,6 +74,11 @@ TEST_F(KafkaPushTest, EveryJobLandsOnceWithItsKeyBodyAndHeadersAndReadsBackDone)
       Call("GET", "/v1/jobs/" + std::to_string(key_of.begin()->first) + "/attempts").json();
   ASSERT_EQ(attempts["attempts"].size(), 1u) << attempts;
   EXPECT_EQ(attempts["attempts"][0]["outcome"], "ok") << attempts;
+  EXPECT_EQ(Job(key_of.begin()->first)["target_kind"], "kafka");
+  const std::string metrics = Call("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("delayd_push_attempts_total{kind=\"kafka\",outcome=\"ok\"} 40\n"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST_F(KafkaPushTest, ARecordTheClusterRefusesIsADeadLetterWithItsError) {

@@ -138,7 +138,12 @@ TEST(MetricsTest, ThePageParsesAndCountsWhatWasDone) {
   EXPECT_EQ(Value(m, "delayd_push_retried_total", topic("hooks-fail")), 1);
   EXPECT_EQ(Value(m, "delayd_dead_letters_total", topic("hooks-fail")), 1);
   EXPECT_EQ(Value(m, "delayd_alerts_total", topic("hooks-fail")), 1);
-  EXPECT_EQ(Value(m, "delayd_delivery_duration_seconds_count"), 5);
+  EXPECT_EQ(Value(m, "delayd_delivery_duration_seconds_count", {{"kind", "http"}}), 5);
+  EXPECT_EQ(Value(m, "delayd_delivery_duration_seconds_count", {{"kind", "amqp"}}), 0);
+  EXPECT_EQ(Value(m, "delayd_push_attempts_total", {{"kind", "http"}, {"outcome", "ok"}}), 3);
+  EXPECT_EQ(Value(m, "delayd_push_attempts_total", {{"kind", "http"}, {"outcome", "retry"}}), 1);
+  EXPECT_EQ(Value(m, "delayd_push_attempts_total", {{"kind", "http"}, {"outcome", "dead"}}), 1);
+  EXPECT_EQ(Value(m, "delayd_push_attempts_total", {{"kind", "kafka"}, {"outcome", "ok"}}), 0);
   EXPECT_EQ(Value(m, "delayd_jobs", {{"topic", "default"}, {"state", "ready"}}), 0);
   EXPECT_EQ(Value(m, "delayd_connections", {{"protocol", "beanstalk"}}), 1);
   EXPECT_EQ(Value(m, "delayd_waiting_consumers"), 0);

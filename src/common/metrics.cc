@@ -2,8 +2,7 @@
 
 namespace delayd {
 
-Metrics::Metrics()
-    : fire_lateness(Histogram::LatencyBounds()), delivery_duration(Histogram::LatencyBounds()) {}
+Metrics::Metrics() : fire_lateness(Histogram::LatencyBounds()) {}
 
 TopicCounters& Metrics::Topic(std::string_view topic) {
   if (auto it = topics_.find(topic); it != topics_.end()) return it->second;

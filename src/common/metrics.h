@@ -13,6 +13,7 @@
 // dispatcher and the API that record them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -21,6 +22,7 @@
 #include <utility>
 
 #include "common/histogram.h"
+#include "common/target_kind.h"
 
 namespace delayd {
 
@@ -58,12 +60,19 @@ class Metrics {
   // the dispatcher (push): on one node the engine's tick, in cluster mode
   // the commit of the shard owner's promotion.
   Histogram fire_lateness;
-  // A push delivery's HTTP exchange, from sending to the answer or error.
-  Histogram delivery_duration;
+  // Push attempts by their target's kind: the exchange, from sending to the
+  // answer, the broker's confirm or the error; and their outcomes.
+  struct KindMetrics {
+    Histogram duration{Histogram::LatencyBounds()};
+    uint64_t ok = 0, retry = 0, dead = 0;
+  };
+  KindMetrics& Kind(TargetKind k) { return kinds_[static_cast<size_t>(k)]; }
+  const KindMetrics& Kind(TargetKind k) const { return kinds_[static_cast<size_t>(k)]; }
 
  private:
   std::map<std::string, TopicCounters, std::less<>> topics_;
   std::map<std::string, std::unique_ptr<Histogram>> http_routes_;
+  std::array<KindMetrics, kTargetKinds.size()> kinds_;
 };
 
 }  // namespace delayd

@@ -14,7 +14,7 @@
 #include "common/grpc_url.h"
 #include "common/header_rules.h"
 #include "common/json_dump.h"
-#include "common/kafka_url.h"
+#include "common/target_kind.h"
 #include "common/time_format.h"
 #include "delivery/retry_policy.h"
 #include "engine/timer_key.h"
@@ -195,8 +195,9 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
     req.job.timer_id = fire->timer_id;
     req.job.fire_ms = fire->fire_ms;
   }
-  const bool grpc = IsGrpcUrl(target.url);
-  if (req.method != "GET" || grpc || IsKafkaUrl(target.url)) req.body = *lease.body;
+  const TargetKind kind = KindOfUrl(target.url);
+  const bool grpc = kind == TargetKind::kGrpc;
+  if (req.method != "GET" || kind != TargetKind::kHttp) req.body = *lease.body;
   if (settings != nullptr && !settings->signing_secret.empty()) {
     req.headers.push_back("Delayd-Signature: " + Signature(settings->signing_secret,
                                                            clock_.WallMillis() / 1000, req.body));
@@ -233,7 +234,8 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
   }
   client_.Send(std::move(req), [this, lease = std::move(lease), started_ms, sent_us](OutResult r) {
     if (metrics_ != nullptr) {
-      metrics_->delivery_duration.ObserveMicros(clock_.SteadyMicros() - sent_us);
+      metrics_->Kind(KindOfUrl(lease.spec->target->url))
+          .duration.ObserveMicros(clock_.SteadyMicros() - sent_us);
     }
     OnResult(lease, started_ms, std::move(r));
   });
@@ -281,6 +283,8 @@ void Dispatcher::OnResult(const engine::PushLease& lease, int64_t started_ms, Ou
     ++(success ? m.delivered : m.failed);
     if (d.kind == Decision::Kind::kRetry) ++m.retried;
     if (dead) ++m.dead_lettered;
+    Metrics::KindMetrics& km = metrics_->Kind(KindOfUrl(lease.spec->target->url));
+    ++(success ? km.ok : dead ? km.dead : km.retry);
   }
   engine_.PushDone(lease.id, a, d.delay_ms, [id = lease.id](const Status& s) {
     if (!s.ok() && s.code() != StatusCode::kConflict) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "common/amqp_url.h"
 #include "common/grpc_url.h"
 #include "common/kafka_url.h"
 
@@ -259,6 +260,12 @@ Status TargetPolicy::CheckUrl(const std::string& url) const {
       if (Status s = Check(host, ParseAddress(host), b.port); !s.ok()) return s;
     }
     return Status::Ok();
+  }
+  if (IsAmqpUrl(url)) {
+    std::optional<AmqpUrl> a = ParseAmqpUrl(url);
+    if (!a) return Status::InvalidArgument("is not a URL this server can read");
+    const std::string host = NormalHost(a->host);
+    return Check(host, ParseAddress(host), a->port);
   }
   std::optional<UrlParts> parts = ParseUrl(url);
   if (!parts) return Status::InvalidArgument("is not a URL this server can read");

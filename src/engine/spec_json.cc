@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "common/amqp_url.h"
 #include "common/grpc_url.h"
 #include "common/header_rules.h"
 #include "common/kafka_url.h"
@@ -128,14 +129,21 @@ Result<Target> ParseTarget(const json& j, const std::string& prefix) {
                                                            ", which this server does not have");
     }
   }
+  const bool amqp = IsAmqpUrl(u);
+  if (amqp) {
+    std::string why;
+    if (!ParseAmqpUrl(u, &why)) return Status::InvalidField(Join(prefix, "url"), why);
+  }
   bool http = u.rfind("http://", 0) == 0, https = u.rfind("https://", 0) == 0;
   size_t host_start = http ? 7 : 8;
-  if (!grpc && !kafka &&
+  if (!grpc && !kafka && !amqp &&
       ((!http && !https) || u.size() <= host_start || u[host_start] == '/' || !IsHeaderValue(u) ||
        u.find(' ') != u.npos)) {
-    return Status::InvalidField(Join(prefix, "url"),
-                                "must be an absolute http:// or https:// URL, grpc://HOST:PORT "
-                                "(grpcs://) or kafka://BROKER[,BROKER...]/TOPIC");
+    return Status::InvalidField(
+        Join(prefix, "url"),
+        "must be an absolute http:// or https:// URL, grpc://HOST:PORT "
+        "(grpcs://), kafka://BROKER[,BROKER...]/TOPIC or "
+        "amqp://[USER:PASS@]HOST[:PORT]/[VHOST]?exchange=NAME&routing_key=KEY");
   }
   if (j.contains("method")) {
     Result<std::string> m = String(j["method"], Join(prefix, "method"));
@@ -174,9 +182,11 @@ Result<Target> ParseTarget(const json& j, const std::string& prefix) {
       }
     }
   }
-  if (kafka && j.contains("method")) {
+  if ((kafka || amqp) && j.contains("method")) {
     return Status::InvalidField(Join(prefix, "method"),
-                                "must be left out for a Kafka target, which is produced to");
+                                kafka ? "must be left out for a Kafka target, which is produced to"
+                                      : "must be left out for a RabbitMQ target, which is "
+                                        "published to");
   }
   if (j.contains("timeout_ms")) {
     Result<int64_t> ms = Millis(j["timeout_ms"], Join(prefix, "timeout_ms"), 1, kMaxTimeoutMs);

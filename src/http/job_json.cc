@@ -2,6 +2,7 @@
 
 #include "common/base64.h"
 #include "common/json_text.h"
+#include "common/target_kind.h"
 #include "common/time_format.h"
 #include "engine/spec_codec.h"
 #include "engine/spec_json.h"
@@ -259,6 +260,8 @@ void WriteJobFields(JsonWriter& w, const engine::JobInfo& info) {
   w.Key("attempts").Uint(r.counters.reserves);
   w.Key("target");
   spec && spec->target ? engine::WriteJson(w, *spec->target) : w.Null();
+  w.Key("target_kind");
+  spec && spec->target ? w.String(KindName(KindOfUrl(spec->target->url))) : w.Null();
   w.Key("retry");
   spec && spec->retry ? engine::WriteJson(w, *spec->retry) : w.Null();
   w.Key("last_error");

@@ -69,8 +69,22 @@ void Histograms(PrometheusText& out, const Metrics& m, const store::StoreStats* 
              "From a delayed job's due time to its being ready or handed to delivery.");
   out.Histogram("delayd_fire_lateness_seconds", {}, m.fire_lateness.Read());
   out.Family("delayd_delivery_duration_seconds", "histogram",
-             "A push delivery's HTTP exchange, from sending to the answer or error.");
-  out.Histogram("delayd_delivery_duration_seconds", {}, m.delivery_duration.Read());
+             "A push attempt, from sending to the answer, the broker's confirm or the error, "
+             "by target kind.");
+  for (TargetKind k : kTargetKinds) {
+    out.Histogram("delayd_delivery_duration_seconds", {{"kind", std::string(KindName(k))}},
+                  m.Kind(k).duration.Read());
+  }
+  out.Family("delayd_push_attempts_total", "counter",
+             "Push attempts by target kind and outcome: ok, retry (failed, tried again) or dead.");
+  for (TargetKind k : kTargetKinds) {
+    const Metrics::KindMetrics& km = m.Kind(k);
+    for (const auto& [outcome, n] :
+         {std::pair{"ok", km.ok}, {"retry", km.retry}, {"dead", km.dead}}) {
+      out.Sample("delayd_push_attempts_total",
+                 {{"kind", std::string(KindName(k))}, {"outcome", outcome}}, n);
+    }
+  }
   if (store != nullptr) {
     out.Family("delayd_store_commit_seconds", "histogram",
                "A group commit's transaction, from its first statement to its commit.");

@@ -82,12 +82,13 @@ Server::~Server() {
   // Completions still queued on the loop (a delivery's result, a store
   // answer, an HTTP session ending on its closed socket) refer to the
   // dispatcher, the API and the HTTP server: they run first, while all of
-  // them are alive. The HTTP, gRPC and Kafka senders and the store post nothing more once
+  // them are alive. The HTTP, gRPC, Kafka and RabbitMQ senders and the store post nothing more once
   // stopped (the store answers whatever was queued, refusing the rest), and
   // what the completions start ends at once or is never run.
   if (http_client_) http_client_->Stop();
   if (grpc_sender_) grpc_sender_->Stop();
   if (kafka_sender_) kafka_sender_->Stop();
+  if (amqp_sender_) amqp_sender_->Stop();
   if (store_) store_->Close();
   io_.restart();
   for (int round = 0; round < 1000 && io_.poll() > 0; ++round) {
@@ -100,6 +101,7 @@ Server::~Server() {
   sender_.reset();
   grpc_sender_.reset();
   kafka_sender_.reset();
+  amqp_sender_.reset();
   http_client_.reset();
   listener_.reset();
   timers_.reset();  // unsubscribes from the engine, so before it
@@ -255,7 +257,10 @@ Status Server::Start() {
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); }, *target_policy_, clock_);
   kafka_sender_ = std::make_unique<brokers::KafkaSender>(
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); }, *target_policy_, clock_);
-  sender_ = std::make_unique<delivery::TargetRouter>(*http_client_, *grpc_sender_, *kafka_sender_);
+  amqp_sender_ = std::make_unique<brokers::AmqpSender>(
+      [this](std::function<void()> f) { asio::post(io_, std::move(f)); }, *target_policy_, clock_);
+  sender_ = std::make_unique<delivery::TargetRouter>(*http_client_, *grpc_sender_, *kafka_sender_,
+                                                     *amqp_sender_);
   // In cluster mode both work on the owned shards' jobs and timers only,
   // which the engine and the timer service learn with each lease round.
   dispatcher_ = std::make_unique<delivery::Dispatcher>(

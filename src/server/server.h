@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
 
+#include "brokers/amqp_sender.h"
 #include "brokers/kafka_sender.h"
 #include "cluster/claimer.h"
 #include "cluster/id_blocks.h"
@@ -106,6 +107,7 @@ class Server {
   std::unique_ptr<delivery::HttpClient> http_client_;
   std::unique_ptr<rpc::GrpcSender> grpc_sender_;        // gRPC targets' deliveries
   std::unique_ptr<brokers::KafkaSender> kafka_sender_;  // Kafka targets' deliveries
+  std::unique_ptr<brokers::AmqpSender> amqp_sender_;    // RabbitMQ targets' deliveries
   std::unique_ptr<delivery::TargetRouter> sender_;      // the dispatcher's: by the URL's kind
   std::unique_ptr<delivery::Dispatcher> dispatcher_;
   std::unique_ptr<timer::TimerService> timers_;

@@ -161,6 +161,7 @@ try {
   await page.getByRole('link', { name: String(pay.id), exact: true }).click();
   await heading(page, `Job ${pay.id}`);
   await page.getByText('HTTP 410').first().waitFor();
+  await page.getByRole('row').filter({ hasText: 'target kind' }).filter({ hasText: 'http' }).waitFor();
   await shot(page, 'job');
   const before = received.filter(r => r.key === 'pay-7').length;
   await page.getByRole('button', { name: 'Retry' }).click();

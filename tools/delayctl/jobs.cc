@@ -73,15 +73,18 @@ struct Filter {
   }
 };
 
+// KIND: what delivers the job (http, grpc, kafka, amqp), or pull.
 std::vector<std::string> JobRow(const json& j) {
+  const json kind = j.value("target_kind", json());
   return {Cell(j["id"]),
           Cell(j["topic"]),
           Cell(j["state"]),
+          kind.is_string() ? kind.get<std::string>() : "pull",
           Cell(j["due_at"]),
           Cell(j.value("key", json())),
           Cell(j.value("last_error", json()))};
 }
-const std::vector<std::string> kJobHeaders = {"ID",     "TOPIC", "STATE",
+const std::vector<std::string> kJobHeaders = {"ID",     "TOPIC", "STATE",     "KIND",
                                               "DUE_AT", "KEY",   "LAST_ERROR"};
 
 int Submit(const Globals& g, const std::string& topic, const std::string& body,

@@ -363,7 +363,9 @@ async function jobPage(id, at = location.hash) {
     fields([['topic', h('a', {href: `#/topics/${encodeURIComponent(j.topic)}`}, j.topic)], ['state', j.state],
       ['key', j.key], ['priority', j.priority], ['due', localTime(j.due_at)], ['run at', localTime(j.run_at)],
       ['created', localTime(j.created_at)], ['ttr', `${j.ttr_ms} ms`], ['attempts', j.attempts],
-      ['target', j.target ? `${j.target.method || 'POST'} ${j.target.url}` : 'none (pull)'],
+      ['target', !j.target ? 'none (pull)'
+        : j.target_kind === 'http' ? `${j.target.method || 'POST'} ${j.target.url}` : j.target.url],
+      ['target kind', j.target_kind],
       ['last error', j.last_error], ['timer', j.timer ? JSON.stringify(j.timer) : null]]),
     h('h2', {}, 'Body'), h('pre', {}, j.body === undefined ? j.body_base64 || '' : JSON.stringify(j.body, null, 2)),
     h('h2', {}, 'Actions'),

@@ -1,0 +1,274 @@
+// Push delivery to RabbitMQ targets (amqp://...?exchange=NAME&routing_key=KEY)
+// against a real RabbitMQ: Debian's rabbitmq-server started by each test as
+// a node of its own on loopback ports (scripts/rabbitmq-temp), read back by
+// a client outside delayd (tests/amqp/broker.py, python3-pika). Every job
+// lands once with its body and headers, persistent, and reads back done;
+// what the broker will not route or take is a dead letter with its words;
+// a broker killed and restarted mid-run loses nothing; kill -9 of delayd
+// duplicates at most the jobs in flight; and the URL rules.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "common/base64.h"
+#include "support/http.h"
+#include "support/process.h"
+
+namespace delayd::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// Runs `cmd` through the shell; its output, and its exit status in `status`.
+std::string Shell(const std::string& cmd, int* status = nullptr) {
+  const std::string dir = MakeTempDir("delayd-amqp-cmd");
+  const int rc = std::system((cmd + " > " + dir + "/out 2>&1").c_str());
+  if (status != nullptr) *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return ReadFile(dir + "/out");
+}
+
+// A RabbitMQ node of the test's own (scripts/rabbitmq-temp).
+class RabbitMq {
+ public:
+  RabbitMq() : dir_(MakeTempDir("delayd-rabbitmq")) {
+    int status = 0;
+    const std::string out = Script("start", &status);
+    EXPECT_EQ(status, 0) << out;
+    uri_ = out.substr(0, out.find('\n'));
+  }
+  ~RabbitMq() { Script("stop"); }
+  const std::string& uri() const { return uri_; }
+  // The target URL of `exchange` with `routing_key` on this node.
+  std::string url(const std::string& exchange, const std::string& routing_key) const {
+    return uri_ + "?exchange=" + exchange + "&routing_key=" + routing_key;
+  }
+  void Crash() { Script("crash"); }
+  void Recover() { EXPECT_EQ(Run("recover"), 0); }
+  void Pause() { EXPECT_EQ(Run("pause"), 0); }
+  void Resume() { EXPECT_EQ(Run("resume"), 0); }
+  // A durable direct exchange and a durable queue bound to it by `key`.
+  void Bind(const std::string& exchange, const std::string& queue, const std::string& key) {
+    int status = 0;
+    const std::string out = Client("setup " + exchange + " " + queue + " " + key, &status);
+    ASSERT_EQ(status, 0) << out;
+  }
+  // Up to `most` messages taken from `queue`, waiting `quiet` for each.
+  std::vector<json> Drain(const std::string& queue, size_t most, std::chrono::seconds quiet) {
+    int status = 0;
+    std::istringstream out(
+        Client("drain " + queue + " " + std::to_string(most) + " " + std::to_string(quiet.count()),
+               &status));
+    EXPECT_EQ(status, 0) << out.str();
+    std::vector<json> got;
+    for (std::string line; std::getline(out, line);) {
+      if (!line.empty()) got.push_back(json::parse(line));
+    }
+    return got;
+  }
+
+ private:
+  std::string Script(const std::string& cmd, int* status = nullptr) {
+    return Shell(
+        std::string(DELAYD_SOURCE_DIR) + "/scripts/rabbitmq-temp " + cmd + " " + dir_ + "/node",
+        status);
+  }
+  int Run(const std::string& cmd) {
+    int status = 0;
+    Script(cmd, &status);
+    return status;
+  }
+  std::string Client(const std::string& args, int* status) {
+    return Shell("timeout 120 /usr/bin/python3 " + std::string(DELAYD_SOURCE_DIR) +
+                     "/tests/amqp/broker.py '" + uri_ + "' " + args,
+                 status);
+  }
+  std::string dir_;
+  std::string uri_;
+};
+
+// delayd, and a client's view of it over HTTP.
+class AmqpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override { server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-apush")); }
+  HttpReply Call(const std::string& method, const std::string& target, const json& body = nullptr) {
+    return HttpCall(server_->http_port(), method, target, body.is_null() ? "" : body.dump());
+  }
+  json Submit(const std::string& topic, const json& job) {
+    HttpReply r = Call("POST", "/v1/topics/" + topic + "/jobs", job);
+    EXPECT_EQ(r.status, 201) << r.body;
+    return r.json();
+  }
+  json Job(uint64_t id) { return Call("GET", "/v1/jobs/" + std::to_string(id)).json(); }
+  bool WaitState(uint64_t id, const std::string& state, std::chrono::milliseconds timeout = 30s) {
+    return WaitUntil([&] { return Job(id)["state"] == state; }, timeout);
+  }
+  std::unique_ptr<DelaydServer> server_;
+};
+
+// ... and a RabbitMQ node beside it.
+class AmqpPushTest : public AmqpApiTest {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(rabbit_.uri().empty());
+    AmqpApiTest::SetUp();
+  }
+  // How many times each job's message was read from `queue`.
+  std::map<uint64_t, int> Seen(const std::string& queue, size_t most, std::chrono::seconds quiet) {
+    std::map<uint64_t, int> seen;
+    for (const json& m : rabbit_.Drain(queue, most, quiet)) {
+      ++seen[std::stoull(m["headers"]["Delayd-Job-Id"].get<std::string>())];
+    }
+    return seen;
+  }
+  RabbitMq rabbit_;
+};
+
+TEST_F(AmqpPushTest, EveryJobLandsOnceWithItsBodyAndHeadersPersistentAndReadsBackDone) {
+  rabbit_.Bind("shop", "orders", "due");
+  ASSERT_EQ(Call("PUT", "/v1/topics/shop", {{"signing_secret", "s3cret"}}).status, 200);
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes += static_cast<char>(i);
+  const json target = {{"url", rabbit_.url("shop", "due")}, {"headers", {{"X-Tenant", "acme"}}}};
+  std::map<uint64_t, std::string> body_of;
+  for (int i = 0; i < 40; ++i) {
+    const std::string body = bytes + std::to_string(i);
+    json job = {{"body_base64", Base64Encode(body)}, {"target", target}};
+    if (i % 2 == 0) job["key"] = "order-" + std::to_string(8800 + i);
+    body_of[Submit("shop", job)["id"]] = body;
+  }
+  // JSON bodies carry their content type as the message's property.
+  const uint64_t json_job = Submit("shop", {{"body", {{"order", 8812}}}, {"target", target}})["id"];
+  for (const auto& [id, body] : body_of) ASSERT_TRUE(WaitState(id, "done")) << Job(id);
+  ASSERT_TRUE(WaitState(json_job, "done")) << Job(json_job);
+  std::vector<json> got = rabbit_.Drain("orders", 42, 3s);  // waits 3 s for one too many
+  ASSERT_EQ(got.size(), 41u) << "each job once";
+  for (const json& m : got) {
+    const uint64_t id = std::stoull(m["headers"]["Delayd-Job-Id"].get<std::string>());
+    EXPECT_EQ(m["message_id"], std::to_string(id)) << "the job id as message_id";
+    EXPECT_EQ(m["delivery_mode"], 2) << "persistent";
+    EXPECT_EQ(m["routing_key"], "due");
+    EXPECT_EQ(m["headers"]["Delayd-Topic"], "shop");
+    EXPECT_EQ(m["headers"]["Delayd-Attempt"], "1");
+    EXPECT_EQ(m["headers"]["X-Tenant"], "acme");
+    EXPECT_TRUE(m["headers"].contains("Delayd-Signature")) << "signed as over HTTP";
+    EXPECT_TRUE(m["headers"].contains("Delayd-Due-At"));
+    if (id == json_job) {
+      EXPECT_EQ(Base64Decode(m["body_base64"].get<std::string>()).value_or(""),
+                R"({"order":8812})");
+      EXPECT_EQ(m["content_type"], "application/json");
+      continue;
+    }
+    ASSERT_TRUE(body_of.count(id)) << id;
+    EXPECT_EQ(Base64Decode(m["body_base64"].get<std::string>()).value_or(""), body_of[id])
+        << "byte for byte";
+  }
+  json attempts =
+      Call("GET", "/v1/jobs/" + std::to_string(body_of.begin()->first) + "/attempts").json();
+  ASSERT_EQ(attempts["attempts"].size(), 1u) << attempts;
+  EXPECT_EQ(attempts["attempts"][0]["outcome"], "ok") << attempts;
+  EXPECT_EQ(Job(json_job)["target_kind"], "amqp");
+  const std::string metrics = Call("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("delayd_push_attempts_total{kind=\"amqp\",outcome=\"ok\"} 41\n"),
+            std::string::npos)
+      << metrics;
+}
+
+TEST_F(AmqpPushTest, WhatTheBrokerWillNotRouteOrTakeIsADeadLetterWithItsWords) {
+  rabbit_.Bind("shop", "orders", "due");
+  const json retry = {{"initial_backoff_ms", 100}, {"jitter", false}, {"max_attempts", 5}};
+  // No queue bound for this routing key: the mandatory message comes back.
+  json unroutable = Submit(
+      "t", {{"body", "x"}, {"target", {{"url", rabbit_.url("shop", "nobody")}}}, {"retry", retry}});
+  // No such exchange: the broker closes the channel.
+  json missing = Submit(
+      "t", {{"body", "y"}, {"target", {{"url", rabbit_.url("gone", "due")}}}, {"retry", retry}});
+  ASSERT_TRUE(WaitState(unroutable["id"], "buried")) << Job(unroutable["id"]) << server_->log();
+  ASSERT_TRUE(WaitState(missing["id"], "buried")) << Job(missing["id"]) << server_->log();
+  for (const auto& [j, words] : {std::pair{unroutable, "NO_ROUTE"}, {missing, "NOT_FOUND"}}) {
+    json dead = Job(j["id"]);
+    EXPECT_EQ(dead["attempts"], 1) << "not retried: " << dead;
+    const std::string error = dead["last_error"].get<std::string>();
+    EXPECT_NE(error.find(words), std::string::npos) << error;
+    EXPECT_NE(error.find("not retried"), std::string::npos) << error;
+  }
+  // The same connection carries on: a routable job after them lands.
+  json good = Submit("t", {{"body", "z"}, {"target", {{"url", rabbit_.url("shop", "due")}}}});
+  ASSERT_TRUE(WaitState(good["id"], "done")) << Job(good["id"]) << server_->log();
+  EXPECT_EQ(Seen("orders", 2, 2s), (std::map<uint64_t, int>{{good["id"], 1}}));
+}
+
+TEST_F(AmqpPushTest, ABrokerKilledAndRestartedMidRunLosesNothing) {
+  rabbit_.Bind("shop", "orders", "due");
+  const json retry = {{"initial_backoff_ms", 200}, {"max_backoff_ms", 500}, {"max_attempts", 100}};
+  const json target = {{"url", rabbit_.url("shop", "due")}, {"timeout_ms", 1000}};
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 100; ++i) {
+    ids.push_back(Submit("t", {{"body", i}, {"target", target}, {"retry", retry}})["id"]);
+  }
+  ASSERT_TRUE(WaitState(ids.front(), "done")) << Job(ids.front()) << server_->log();
+  rabbit_.Crash();
+  // Jobs due while the broker is down fail their attempts and wait.
+  std::vector<uint64_t> later;
+  for (int i = 0; i < 100; ++i) {
+    later.push_back(Submit("t", {{"body", i}, {"target", target}, {"retry", retry}})["id"]);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return Job(later.back())["attempts"].get<int>() >= 2; }, 30s))
+      << Job(later.back()) << server_->log();
+  EXPECT_NE(Job(later.back())["state"], "done");
+  rabbit_.Recover();
+  ids.insert(ids.end(), later.begin(), later.end());
+  for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done", 60s)) << Job(id) << server_->log();
+  std::map<uint64_t, int> seen = Seen("orders", 2 * ids.size(), 3s);
+  for (uint64_t id : ids) EXPECT_GE(seen[id], 1) << "job " << id << " was lost";
+}
+
+// kill -9 while publishes wait for their confirms: after the restart every
+// job lands, and only those not yet done at the kill may land twice.
+TEST_F(AmqpPushTest, KillNineMidFlightDuplicatesAtMostTheJobsInFlight) {
+  rabbit_.Bind("shop", "orders", "due");
+  const json target = {{"url", rabbit_.url("shop", "due")}, {"timeout_ms", 5000}};
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 100; ++i) ids.push_back(Submit("t", {{"body", i}, {"target", target}})["id"]);
+  ASSERT_TRUE(WaitState(ids.front(), "done")) << Job(ids.front()) << server_->log();
+  // A broker that takes publishes and confirms nothing keeps them in flight.
+  rabbit_.Pause();
+  for (int i = 0; i < 100; ++i) ids.push_back(Submit("t", {{"body", i}, {"target", target}})["id"]);
+  ASSERT_TRUE(WaitUntil([&] { return Job(ids.back())["attempts"].get<int>() >= 1; }, 20s))
+      << Job(ids.back());
+  server_->Kill9();
+  server_->Restart();  // the broker still paused: nothing is confirmed meanwhile
+  size_t done_before = 0;
+  for (uint64_t id : ids) done_before += Job(id)["state"] == "done";
+  rabbit_.Resume();
+  for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done", 60s)) << Job(id) << server_->log();
+  std::map<uint64_t, int> seen = Seen("orders", 2 * ids.size(), 3s);
+  size_t twice = 0;
+  for (uint64_t id : ids) {
+    EXPECT_GE(seen[id], 1) << "job " << id << " was lost";
+    twice += seen[id] > 1;
+  }
+  EXPECT_LE(twice, ids.size() - done_before) << "only jobs not done at the kill land twice";
+  EXPECT_LT(done_before, ids.size()) << "the kill came with publishes in flight";
+}
+
+TEST_F(AmqpApiTest, TargetsThatCannotBePublishedToAreRefusedNamingTheField) {
+  auto refused = [&](const json& target) {
+    HttpReply r = Call("POST", "/v1/topics/t/jobs", {{"body", 1}, {"target", target}});
+    EXPECT_EQ(r.status, 400) << target << r.body;
+    return r.json().value("field", "");
+  };
+  EXPECT_EQ(refused({{"url", "amqp://127.0.0.1:5672/"}}), "target.url") << "no exchange, no key";
+  EXPECT_EQ(refused({{"url", "amqp://127.0.0.1/a/b?exchange=x"}}), "target.url");
+  EXPECT_EQ(refused({{"url", "amqp://127.0.0.1/?exchange=x&queue=q"}}), "target.url");
+  EXPECT_EQ(refused({{"url", "amqps://127.0.0.1/?exchange=x"}}), "target.url") << "no TLS yet";
+  EXPECT_EQ(refused({{"url", "amqp://169.254.169.254/?exchange=x"}}), "target.url")
+      << "the target policy judges the broker";
+  EXPECT_EQ(refused({{"url", "amqp://127.0.0.1/?exchange=x"}, {"method", "PUT"}}), "target.method");
+  EXPECT_EQ(Call("GET", "/v1/jobs?topic=t").json()["jobs"].size(), 0u) << "nothing was kept";
+}
+
+}  // namespace
+}  // namespace delayd::testing
