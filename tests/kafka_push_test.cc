@@ -118,6 +118,33 @@ TEST_F(KafkaPushTest, AClusterThatIsDownMakesJobsWaitAndRetryAndLosesNothing) {
   for (uint64_t id : ids) EXPECT_GE(seen[id], 1) << "job " << id << " was lost";
 }
 
+// Partition leaders move to other brokers while jobs flow: the producer
+// follows them, and its idempotence keeps each record once.
+TEST_F(KafkaPushTest, LeadersMovingMidRunLoseNothingAndDuplicateNothing) {
+  kafka_.CreateTopic("orders");
+  const json target = {{"url", kafka_.url("orders")}, {"timeout_ms", 10000}};
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 150; ++i) {
+    ids.push_back(Submit("t", {{"body", i}, {"delay", i * 20}, {"target", target}})["id"]);
+  }
+  ASSERT_TRUE(WaitState(ids.front(), "done")) << Job(ids.front()) << server_->log();
+  for (int32_t leader : {2, 3}) {
+    for (int32_t p = 0; p < MockKafka::kPartitions; ++p) {
+      ASSERT_EQ(rd_kafka_mock_partition_set_leader(kafka_.cluster(), "orders", p, leader),
+                RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+    // Jobs due after the move land through the new leaders before the next.
+    const uint64_t later = ids[(leader - 1) * 50];
+    ASSERT_TRUE(WaitState(later, "done")) << Job(later) << server_->log();
+  }
+  for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done", 30s)) << Job(id) << server_->log();
+  std::vector<KafkaRecord> got = kafka_.Consume("orders", ids.size() + 1, 3s);
+  std::map<uint64_t, int> seen;
+  for (const KafkaRecord& r : got) ++seen[std::stoull(r.headers.at("Delayd-Job-Id"))];
+  for (uint64_t id : ids) EXPECT_EQ(seen[id], 1) << "job " << id;
+  EXPECT_EQ(got.size(), ids.size());
+}
+
 // kill -9 while records are in flight: after the restart every job lands,
 // and only those not yet done at the kill may land twice (at least once).
 TEST_F(KafkaPushTest, KillNineMidFlightDuplicatesAtMostTheJobsInFlight) {

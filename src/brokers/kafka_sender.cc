@@ -186,6 +186,17 @@ void KafkaSender::Send(OutRequest req, Callback done) {
   const std::string key =
       url->bootstrap + "|" + url->properties + "|" + std::to_string(req.timeout_ms);
   std::unique_ptr<Producer>& slot = producers_[key];
+  char fatal[512];
+  if (slot && slot->in_flight == 0 &&
+      rd_kafka_fatal_error(slot->rk, fatal, sizeof fatal) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    // An idempotent producer that hit a fatal error (its sequence numbers
+    // no longer trusted) fails every record from then on: once its own
+    // records have been reported failed, it is replaced by a new one.
+    spdlog::warn("kafka: producer for {} had a fatal error ({}); making a new one", url->bootstrap,
+                 fatal);
+    slot->Close();
+    slot.reset();
+  }
   if (!slot) {
     auto p = std::make_unique<Producer>();
     p->sender = this;
@@ -267,6 +278,13 @@ void KafkaSender::Send(OutRequest req, Callback done) {
   }
   rec.release();  // librdkafka's until its delivery report
   ++p.in_flight;
+}
+
+void KafkaSender::FailProducersForTest() {
+  for (auto& [key, p] : producers_) {
+    rd_kafka_test_fatal_error(p->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                              "injected by a test");
+  }
 }
 
 void KafkaSender::Fail(Callback done, OutResult r) {

@@ -49,6 +49,9 @@ class KafkaSender final : public delivery::HttpSender {
 
   // Producers kept (for tests and /metrics).
   size_t producers() const { return producers_.size(); }
+  // Tests only: every producer fails as after a fatal idempotence error
+  // from the cluster (rd_kafka_test_fatal_error).
+  void FailProducersForTest();
 
   struct Producer;  // kafka_sender.cc
 

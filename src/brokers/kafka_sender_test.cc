@@ -109,6 +109,20 @@ TEST_F(KafkaSenderTest, AnErrorTheProducerRetriesEndsAcknowledgedAndOnce) {
   EXPECT_EQ(got[0].value, "once");
 }
 
+TEST_F(KafkaSenderTest, AProducerWithAFatalErrorIsReplacedAndTheNextRecordLands) {
+  auto first = SendAndWait(Request(1, "k1", "before"));
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->broker, OutResult::Broker::kAcknowledged) << first->error;
+  // From here on that producer fails every record (librdkafka's __FATAL).
+  sender_->FailProducersForTest();
+  auto next = SendAndWait(Request(2, "k2", "after"));
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->broker, OutResult::Broker::kAcknowledged) << next->error;
+  EXPECT_EQ(sender_->producers(), 1u) << "replaced, not added";
+  std::vector<testing::KafkaRecord> got = kafka_.Consume("orders", 2, 10s);
+  ASSERT_EQ(got.size(), 2u);
+}
+
 TEST_F(KafkaSenderTest, AnUnknownTopicIsRejected) {
   // The mock cluster would make any topic asked for; a real one with
   // auto-creation off answers this.
