@@ -217,12 +217,7 @@ int Deliver(Side& side, int argc, char** argv) {
   });
   const double steal_pct = WaitForDeliveries([&] { return side.hits().count(); }, jobs, base);
   if (steal_pct < 0) return 1;
-  const Lateness l = Measure(side.hits().hits());
-  printf(
-      "deliver jobs=%ld submit_per_s=%.0f deliveries_per_s=%.0f (over %.2f s) lateness_ms "
-      "p50=%.2f p99=%.2f max=%.2f early=%ld cpu_steal=%.1f%%\n",
-      jobs, submit_rate, (jobs - 1) / l.span_s, l.span_s, l.p50_ms, l.p99_ms, l.max_ms, l.early,
-      steal_pct);
+  PrintDelivery(jobs, submit_rate, Measure(side.hits().hits()), steal_pct);
   return 0;
 }
 

@@ -301,12 +301,7 @@ int main(int argc, char** argv) {
     if (steal_pct < 0) return 1;
     std::vector<FastReceiver::Hit> got = rx.hits();
     Dump(ArgText(argc, argv, "--dump"), got);
-    const Lateness l = Measure(got);
-    printf(
-        "deliver jobs=%ld submit_per_s=%.0f deliveries_per_s=%.0f (over %.2f s) lateness_ms "
-        "p50=%.2f p99=%.2f max=%.2f early=%ld cpu_steal=%.1f%%\n",
-        jobs, submit_rate, (jobs - 1) / l.span_s, l.span_s, l.p50_ms, l.p99_ms, l.max_ms, l.early,
-        steal_pct);
+    PrintDelivery(jobs, submit_rate, Measure(got), steal_pct);
     return 0;
   }
   if (mode == "timers") {

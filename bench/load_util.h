@@ -82,6 +82,15 @@ inline Lateness Measure(const std::vector<Hit>& hits) {
   return l;
 }
 
+// The result line of a delivery run (http_load deliver, broker_load).
+inline void PrintDelivery(long jobs, double submit_rate, const Lateness& l, double steal_pct) {
+  printf(
+      "deliver jobs=%ld submit_per_s=%.0f deliveries_per_s=%.0f (over %.2f s) lateness_ms "
+      "p50=%.2f p99=%.2f max=%.2f early=%ld cpu_steal=%.1f%%\n",
+      jobs, submit_rate, (jobs - 1) / l.span_s, l.span_s, l.p50_ms, l.p99_ms, l.max_ms, l.early,
+      steal_pct);
+}
+
 // Waits from `due_ms` (wall clock) until `count()` reaches `jobs`, at most
 // 120 s; returns the CPU steal meanwhile in %, or -1 (having said why) when
 // submitting ran past `due_ms` or the jobs did not all arrive.

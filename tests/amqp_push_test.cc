@@ -14,6 +14,7 @@
 
 #include "common/base64.h"
 #include "support/http.h"
+#include "support/landing.h"
 #include "support/process.h"
 
 namespace delayd::testing {
@@ -244,14 +245,7 @@ TEST_F(AmqpPushTest, KillNineMidFlightDuplicatesAtMostTheJobsInFlight) {
   for (uint64_t id : ids) done_before += Job(id)["state"] == "done";
   rabbit_.Resume();
   for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done", 60s)) << Job(id) << server_->log();
-  std::map<uint64_t, int> seen = Seen("orders", 2 * ids.size(), 3s);
-  size_t twice = 0;
-  for (uint64_t id : ids) {
-    EXPECT_GE(seen[id], 1) << "job " << id << " was lost";
-    twice += seen[id] > 1;
-  }
-  EXPECT_LE(twice, ids.size() - done_before) << "only jobs not done at the kill land twice";
-  EXPECT_LT(done_before, ids.size()) << "the kill came with publishes in flight";
+  ExpectAtLeastOnceAndDuplicatesOnlyInFlight(Seen("orders", 2 * ids.size(), 3s), ids, done_before);
 }
 
 TEST_F(AmqpApiTest, TargetsThatCannotBePublishedToAreRefusedNamingTheField) {

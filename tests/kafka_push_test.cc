@@ -12,6 +12,7 @@
 #include "brokers/c11_threads_tsan.h"  // under TSan only: the mock cluster's threads
 #include "common/base64.h"
 #include "support/http.h"
+#include "support/landing.h"
 #include "support/mock_kafka.h"
 #include "support/process.h"
 
@@ -170,13 +171,7 @@ TEST_F(KafkaPushTest, KillNineMidFlightDuplicatesAtMostTheJobsInFlight) {
   std::vector<KafkaRecord> got = kafka_.Consume("orders", 2 * ids.size(), 5s);
   std::map<uint64_t, int> seen;
   for (const KafkaRecord& r : got) ++seen[std::stoull(r.headers.at("Delayd-Job-Id"))];
-  size_t twice = 0;
-  for (uint64_t id : ids) {
-    EXPECT_GE(seen[id], 1) << "job " << id << " was lost";
-    twice += seen[id] > 1;
-  }
-  EXPECT_LE(twice, ids.size() - done_before) << "only jobs not done at the kill land twice";
-  EXPECT_LT(done_before, ids.size()) << "the kill came with records in flight";
+  ExpectAtLeastOnceAndDuplicatesOnlyInFlight(seen, ids, done_before);
 }
 
 TEST_F(KafkaPushTest, TargetsThatCannotBeProducedToAreRefusedNamingTheField) {
