@@ -186,9 +186,17 @@ TEST_F(AmqpPushTest, WhatTheBrokerWillNotRouteOrTakeIsADeadLetterWithItsWords) {
   // No such exchange: the broker closes the channel.
   json missing = Submit(
       "t", {{"body", "y"}, {"target", {{"url", rabbit_.url("gone", "due")}}}, {"retry", retry}});
+  // A password the broker refuses: the publish waits for a login that never
+  // comes, and its timeout reports the refusal.
+  std::string wrong = rabbit_.url("shop", "due");
+  wrong.replace(wrong.find("guest:guest"), 11, "guest:wrong");
+  json refused = Submit(
+      "t", {{"body", "w"}, {"target", {{"url", wrong}, {"timeout_ms", 1500}}}, {"retry", retry}});
   ASSERT_TRUE(WaitState(unroutable["id"], "buried")) << Job(unroutable["id"]) << server_->log();
   ASSERT_TRUE(WaitState(missing["id"], "buried")) << Job(missing["id"]) << server_->log();
-  for (const auto& [j, words] : {std::pair{unroutable, "NO_ROUTE"}, {missing, "NOT_FOUND"}}) {
+  ASSERT_TRUE(WaitState(refused["id"], "buried")) << Job(refused["id"]) << server_->log();
+  for (const auto& [j, words] :
+       {std::pair{unroutable, "NO_ROUTE"}, {missing, "NOT_FOUND"}, {refused, "ACCESS_REFUSED"}}) {
     json dead = Job(j["id"]);
     EXPECT_EQ(dead["attempts"], 1) << "not retried: " << dead;
     const std::string error = dead["last_error"].get<std::string>();
@@ -246,6 +254,28 @@ TEST_F(AmqpPushTest, KillNineMidFlightDuplicatesAtMostTheJobsInFlight) {
   rabbit_.Resume();
   for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done", 60s)) << Job(id) << server_->log();
   ExpectAtLeastOnceAndDuplicatesOnlyInFlight(Seen("orders", 2 * ids.size(), 3s), ids, done_before);
+}
+
+// A host whose addresses the target policy denies is never connected to;
+// the attempts fail saying so and follow the retry policy, as over HTTP.
+TEST_F(AmqpApiTest, ABrokerAddressThePolicyDeniesIsRetriedNeverConnected) {
+  server_ = std::make_unique<DelaydServer>(
+      MakeTempDir("delayd-apush"),
+      std::vector<std::string>{"--target-deny", "127.0.0.0/8", "--target-deny", "[::1]"});
+  const json retry = {{"initial_backoff_ms", 100}, {"jitter", false}, {"max_attempts", 2}};
+  // A name passes at submission (an address rule needs DNS); its addresses do not.
+  json j =
+      Submit("t", {{"body", 1},
+                   {"target",
+                    {{"url", "amqp://localhost:" + std::to_string(FreePort()) + "/?routing_key=q"},
+                     {"timeout_ms", 1000}}},
+                   {"retry", retry}});
+  ASSERT_TRUE(WaitState(j["id"], "buried")) << Job(j["id"]) << server_->log();
+  json dead = Job(j["id"]);
+  EXPECT_EQ(dead["attempts"], 2) << "retried: " << dead;
+  const std::string error = dead["last_error"].get<std::string>();
+  EXPECT_NE(error.find("refused by the target policy"), std::string::npos) << error;
+  EXPECT_NE(error.find("gave up after 2 attempts"), std::string::npos) << error;
 }
 
 TEST_F(AmqpApiTest, TargetsThatCannotBePublishedToAreRefusedNamingTheField) {

@@ -164,6 +164,9 @@ void AmqpSender::Connection::Report() {
 
 bool AmqpSender::Connection::Connect() {
   const int64_t started = Now();
+  // Only the broker's own refusal (login, vhost) is for good; an address
+  // the target policy refuses follows the retry policy, as for HTTP.
+  refused = false;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -211,7 +214,6 @@ bool AmqpSender::Connection::Connect() {
   }
   freeaddrinfo(found);
   if (fd < 0) {
-    refused = why.rfind("refused by the target policy", 0) == 0;
     Disconnect(why);
     return false;
   }
@@ -234,7 +236,6 @@ bool AmqpSender::Connection::Connect() {
     return false;
   }
   if (!OpenChannel()) return false;
-  refused = false;
   backoff_us = kFirstBackoffUs;
   heard_us = Now();
   spdlog::info("amqp: connected to {}:{} vhost {} in {} ms", url.host, url.port, url.vhost,
