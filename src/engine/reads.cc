@@ -380,9 +380,11 @@ void Engine::DueForecast(int64_t bucket_minutes, size_t buckets, std::optional<s
     }
     return done(std::move(f));
   }
+  // A job due within the current millisecond is due now (memory may have
+  // made it ready already), so the store counts from the next one on.
   Aside(
       [&store = store_, now_ms, from_minute, bucket_minutes, buckets, topic = std::move(topic)] {
-        return store.DueCounts(now_ms, from_minute, bucket_minutes, buckets, topic);
+        return store.DueCounts(now_ms + 1, from_minute, bucket_minutes, buckets, topic);
       },
       [f, done = std::move(done)](Result<std::vector<uint64_t>> r, uint64_t) mutable {
         if (!r.ok()) return done(r.status());
