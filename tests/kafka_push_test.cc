@@ -6,6 +6,8 @@
 // error; a cluster that is down makes jobs wait and retry, never lost; and
 // the URL rules.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <map>
 
@@ -172,6 +174,68 @@ TEST_F(KafkaPushTest, KillNineMidFlightDuplicatesAtMostTheJobsInFlight) {
   std::map<uint64_t, int> seen;
   for (const KafkaRecord& r : got) ++seen[std::stoull(r.headers.at("Delayd-Job-Id"))];
   ExpectAtLeastOnceAndDuplicatesOnlyInFlight(seen, ids, done_before);
+}
+
+TEST_F(KafkaPushTest, APropertiesFileNamedByTheTargetIsUsedAndReReadOnSighup) {
+  kafka_.CreateTopic("orders");
+  const std::string dir = MakeTempDir("delayd-kprops");
+  const std::string file = dir + "/orders.properties";
+  // TLS to the mock cluster's plain listener: every attempt fails, which
+  // shows the file is what the producer runs on.
+  WriteFile(file, "# the orders cluster\nsecurity.protocol=ssl\nclient.id=${CLIENT}\n");
+  server_ = std::make_unique<DelaydServer>(
+      MakeTempDir("delayd-kpush"), std::vector<std::string>{"--kafka-properties", "orders=" + file},
+      std::vector<std::string>{"CLIENT=delayd-orders"});
+  const json retry = {{"initial_backoff_ms", 200}, {"max_backoff_ms", 300}, {"max_attempts", 200}};
+  const json target = {{"url", kafka_.url("orders") + "?properties=orders"}, {"timeout_ms", 800}};
+  json j = Submit("t", {{"body", "over tls"}, {"target", target}, {"retry", retry}});
+  ASSERT_TRUE(WaitUntil([&] { return Job(j["id"])["attempts"].get<int>() >= 2; }, 20s))
+      << Job(j["id"]) << server_->log();
+  const std::string error = Job(j["id"])["last_error"].get<std::string>();
+  EXPECT_NE(error.find("SSL"), std::string::npos) << "the handshake's failure: " << error;
+  EXPECT_EQ(error.find("delayd-orders"), std::string::npos) << "no setting's value: " << error;
+
+  // A file that cannot be read on SIGHUP changes nothing, and says why.
+  WriteFile(file, "security.protocol=plaintext\nacks=0\n");
+  ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return server_->log().find("SIGHUP: kept the settings in use") != std::string::npos; },
+      10s))
+      << server_->log();
+  EXPECT_NE(server_->log().find("line 2 (acks)"), std::string::npos) << server_->log();
+  const int attempts = Job(j["id"])["attempts"].get<int>();
+  ASSERT_TRUE(WaitUntil([&] { return Job(j["id"])["attempts"].get<int>() > attempts + 1; }, 20s));
+  EXPECT_NE(Job(j["id"])["state"], "done");
+
+  // Fixed on disk and SIGHUP: the job that kept failing lands.
+  WriteFile(file, "security.protocol=plaintext\nclient.id=${CLIENT}\n");
+  ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(WaitState(j["id"], "done", 20s)) << Job(j["id"]) << server_->log();
+  std::vector<KafkaRecord> got = kafka_.Consume("orders", 1, 10s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].value, "\"over tls\"") << "a JSON body, byte for byte";
+
+  // A name the server was not given is refused at submission.
+  HttpReply r =
+      Call("POST", "/v1/topics/t/jobs",
+           {{"body", 1}, {"target", {{"url", kafka_.url("orders") + "?properties=payments"}}}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json().value("field", ""), "target.url") << r.body;
+  EXPECT_NE(r.body.find("payments"), std::string::npos) << r.body;
+}
+
+TEST_F(KafkaPushTest, APropertiesFileThatCannotBeReadStopsTheStart) {
+  const std::string dir = MakeTempDir("delayd-kprops");
+  const std::string file = dir + "/bad.properties";
+  WriteFile(file, "sasl.password=${DELAYD_TEST_UNSET_VARIABLE}\n");
+  auto [status, log] = RefusedStart({"--data-dir", dir + "/data", "--beanstalk", "127.0.0.1:0",
+                                     "--http", "127.0.0.1:0", "--kafka-properties", "bad=" + file});
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_NE(log.find("bad.properties) line 1 (sasl.password): ${DELAYD_TEST_UNSET_VARIABLE} is "
+                     "not set"),
+            std::string::npos)
+      << log;
 }
 
 TEST_F(KafkaPushTest, TargetsThatCannotBeProducedToAreRefusedNamingTheField) {

@@ -43,18 +43,6 @@ void StoreSql(const DelaydServer& server, const std::string& sql) {
   sqlite3_close(db);
 }
 
-// delayd started with `argv` (after the binary) that must refuse to start:
-// its exit status and its log.
-std::pair<int, std::string> RefusedStart(const std::vector<std::string>& args) {
-  const std::string dir = MakeTempDir("delayd-refused");
-  std::vector<std::string> argv = {DelaydBin()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  Process p;
-  p.Start(argv, dir + ".log");
-  const int status = p.Stop(0, 20s);  // signal 0: only waits for it to end
-  return {status, ReadFile(dir + ".log")};
-}
-
 // One request written as given (its Host and Origin headers among them) on
 // a fresh connection; the server closes after the reply.
 HttpReply Raw(int port, const std::string& request) {

@@ -65,6 +65,8 @@ struct Record {
 struct KafkaSender::Producer {
   KafkaSender* sender = nullptr;
   std::string key;
+  std::string properties;   // the NAME it was made with ("": none) ...
+  uint64_t generation = 0;  // ... and that NAME's settings then
   rd_kafka_t* rk = nullptr;
   std::thread poller;
   std::atomic<bool> stopping{false};
@@ -72,13 +74,16 @@ struct KafkaSender::Producer {
   size_t in_flight = 0;  // on the loop: records not yet reported there
 
   std::mutex mu;
-  std::string refusal;  // the target policy's last refusal of a connection
+  std::string refusal;     // the target policy's last refusal of a connection
+  std::string connection;  // librdkafka's last error of a connection (TLS, SASL, ...)
+  std::atomic<bool> connection_failed{false};  // since the last record delivered
 
   // librdkafka's callbacks, on the poller thread (delivery reports) and on
   // librdkafka's broker threads (connections).
   static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque);
   static int OnConnect(int fd, const sockaddr* addr, int addrlen, const char* id, void* opaque);
   static void OnLog(const rd_kafka_t* rk, int level, const char* fac, const char* text);
+  static void OnError(rd_kafka_t* rk, int err, const char* reason, void* opaque);
 
   void Close() {
     stopping = true;
@@ -102,6 +107,10 @@ void KafkaSender::Producer::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m,
   r.duration_ms = (p->sender->clock_.SteadyMicros() - rec->started_us) / 1000;
   if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
     r.broker = OutResult::Broker::kAcknowledged;
+    if (p->connection_failed.exchange(false)) {
+      std::lock_guard lock(p->mu);
+      p->connection.clear();
+    }
   } else {
     r.broker = Rejected(m->err) ? OutResult::Broker::kRejected : OutResult::Broker::kFailed;
     r.timed_out = m->err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
@@ -110,7 +119,11 @@ void KafkaSender::Producer::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m,
       // A record that could not reach the cluster says why, when the policy
       // is why; one the cluster rejected says only what the cluster said.
       std::lock_guard lock(p->mu);
-      if (!p->refusal.empty()) r.error = p->refusal + " (" + r.error + ")";
+      if (!p->refusal.empty()) {
+        r.error = p->refusal + " (" + r.error + ")";
+      } else if (!p->connection.empty()) {
+        r.error += " (last connection error: " + p->connection + ")";
+      }
     }
   }
   KafkaSender* s = p->sender;
@@ -157,6 +170,16 @@ void KafkaSender::Producer::OnLog(const rd_kafka_t* rk, int level, const char* f
   if (level <= 4) spdlog::warn("kafka {} {}: {}", rd_kafka_name(rk), fac, text);
 }
 
+void KafkaSender::Producer::OnError(rd_kafka_t*, int err, const char* reason, void* opaque) {
+  // Errors of the client itself: the cluster out of reach, a TLS handshake
+  // or a SASL login that failed. Remembered for the records that time out.
+  auto* p = static_cast<Producer*>(opaque);
+  std::lock_guard lock(p->mu);
+  p->connection = std::string(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err))) + ": " +
+                  (reason ? reason : "");
+  p->connection_failed = true;
+}
+
 KafkaSender::KafkaSender(Executor executor, const delivery::TargetPolicy& policy,
                          const Clock& clock)
     : executor_(std::move(executor)), policy_(policy), clock_(clock) {}
@@ -176,15 +199,29 @@ void KafkaSender::Send(OutRequest req, Callback done) {
   DropIdle(now_us);
   std::string why;
   std::optional<KafkaUrl> url = ParseKafkaUrl(req.url, &why);
-  if (!url || !url->properties.empty()) {
+  if (!url) {
     OutResult r;
     r.not_sent = true;
-    r.error = "not sent: " + req.url.substr(0, 200) + " " +
-              (url ? "names properties, which this server does not have" : why);
+    r.error = "not sent: " + req.url.substr(0, 200) + " " + why;
     return Fail(std::move(done), std::move(r));
   }
-  const std::string key =
-      url->bootstrap + "|" + url->properties + "|" + std::to_string(req.timeout_ms);
+  const Properties* props = nullptr;
+  if (!url->properties.empty()) {
+    auto it = properties_.find(url->properties);
+    if (it == properties_.end()) {
+      // Accepted by a server started with the NAME: retried, so that a
+      // restart with it back delivers.
+      OutResult r;
+      r.broker = OutResult::Broker::kFailed;
+      r.error = "names Kafka properties " + url->properties +
+                ", which this server does not have (--kafka-properties NAME=FILE)";
+      return Fail(std::move(done), std::move(r));
+    }
+    props = &it->second;
+  }
+  const std::string key = url->bootstrap + "|" + url->properties + "#" +
+                          std::to_string(props ? props->generation : 0) + "|" +
+                          std::to_string(req.timeout_ms);
   std::unique_ptr<Producer>& slot = producers_[key];
   char fatal[512];
   if (slot && slot->in_flight == 0 &&
@@ -201,6 +238,8 @@ void KafkaSender::Send(OutRequest req, Callback done) {
     auto p = std::make_unique<Producer>();
     p->sender = this;
     p->key = key;
+    p->properties = url->properties;
+    p->generation = props ? props->generation : 0;
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     char err[512] = {};
     const std::string timeout = std::to_string(std::max<int64_t>(req.timeout_ms, 10));
@@ -230,17 +269,27 @@ void KafkaSender::Send(OutRequest req, Callback done) {
       }
     }
     rd_kafka_conf_set_default_topic_conf(conf, topic_conf);  // the conf's now
+    // The properties file's, after delayd's own (linger.ms, client.id) and
+    // the default topic configuration (compression.type goes there).
+    for (const auto& [name, value] : props ? props->settings : KafkaSettings{}) {
+      if (err[0] != '\0' || rd_kafka_conf_set(conf, name.c_str(), value.c_str(), err, sizeof err) !=
+                                RD_KAFKA_CONF_OK) {
+        break;
+      }
+    }
     rd_kafka_conf_set_dr_msg_cb(conf, &Producer::OnDelivery);
     rd_kafka_conf_set_connect_cb(conf, &Producer::OnConnect);
     rd_kafka_conf_set_log_cb(conf, &Producer::OnLog);
+    rd_kafka_conf_set_error_cb(conf, &Producer::OnError);
     rd_kafka_conf_set_opaque(conf, p.get());
     if (err[0] == '\0') p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
     if (p->rk == nullptr) {
       rd_kafka_conf_destroy(conf);
       producers_.erase(key);
+      // Retried: a properties file's certificate may be readable again.
       OutResult r;
-      r.not_sent = true;
-      r.error = std::string("not sent: cannot make a Kafka producer: ") + err;
+      r.broker = OutResult::Broker::kFailed;
+      r.error = std::string("cannot make a Kafka producer: ") + err;
       return Fail(std::move(done), std::move(r));
     }
     Producer* raw = p.get();
@@ -293,12 +342,29 @@ void KafkaSender::Fail(Callback done, OutResult r) {
   });
 }
 
+void KafkaSender::SetProperties(const KafkaPropertySets& sets) {
+  std::map<std::string, Properties> next;
+  for (const auto& [name, settings] : sets) {
+    auto old = properties_.find(name);
+    const bool same = old != properties_.end() && old->second.settings == settings;
+    next.emplace(name, Properties{settings, same ? old->second.generation : ++generations_});
+  }
+  properties_ = std::move(next);
+  swept_us_ = 0;  // retire the producers made with earlier settings at the next send
+}
+
+bool KafkaSender::Current(const Producer& p) const {
+  if (p.properties.empty()) return true;
+  auto it = properties_.find(p.properties);
+  return it != properties_.end() && it->second.generation == p.generation;
+}
+
 void KafkaSender::DropIdle(int64_t now_us) {
   if (now_us - swept_us_ < kSweepUs) return;
   swept_us_ = now_us;
   for (auto it = producers_.begin(); it != producers_.end();) {
     Producer& p = *it->second;
-    if (p.in_flight == 0 && now_us - p.used_us > kIdleUs) {
+    if (p.in_flight == 0 && (now_us - p.used_us > kIdleUs || !Current(p))) {
       p.Close();
       it = producers_.erase(it);
     } else {

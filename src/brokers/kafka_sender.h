@@ -6,8 +6,8 @@
 // (doc/brokers.md, "Kafka").
 //
 // One idempotent producer (enable.idempotence, acks=all) per cluster: per
-// bootstrap list, properties name and timeout, shared by every job sent
-// there. The target's timeout is the producer's message.timeout.ms, the
+// bootstrap list, properties (kafka_properties.h) and timeout, shared by
+// every job sent there. The target's timeout is the producer's message.timeout.ms, the
 // time an attempt may take with librdkafka's own retries, since librdkafka
 // has no timeout per record. librdkafka connects by itself, to the
 // bootstrap brokers and to those the cluster advertises; its connect
@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 
+#include "brokers/kafka_properties.h"
 #include "common/clock.h"
 #include "common/executor.h"
 #include "delivery/http_client.h"
@@ -42,6 +43,10 @@ class KafkaSender final : public delivery::HttpSender {
   KafkaSender& operator=(const KafkaSender&) = delete;
 
   void Send(delivery::OutRequest request, Callback done) override;
+  // The settings each properties NAME stands for (at start, and again on
+  // SIGHUP). A producer made with a NAME's earlier settings takes no more
+  // records and is closed once its records are reported.
+  void SetProperties(const KafkaPropertySets& sets);
   // Stops every producer: records not yet reported are purged and their
   // callbacks never run (their jobs are sent again once their leases run
   // out: at least once). Later sends are dropped.
@@ -62,7 +67,15 @@ class KafkaSender final : public delivery::HttpSender {
   Executor executor_;
   const delivery::TargetPolicy& policy_;
   const Clock& clock_;
+  struct Properties {
+    KafkaSettings settings;
+    uint64_t generation = 0;  // a producer made with an earlier one is retired
+  };
+  bool Current(const Producer& p) const;
+
   std::map<std::string, std::unique_ptr<Producer>> producers_;  // by cluster
+  std::map<std::string, Properties> properties_;                // by NAME
+  uint64_t generations_ = 0;
   int64_t swept_us_ = 0;
   bool stopped_ = false;
 };

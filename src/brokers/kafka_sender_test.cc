@@ -157,6 +157,47 @@ TEST_F(KafkaSenderTest, ABadUrlIsNotSent) {
   EXPECT_EQ(sender_->producers(), 0u);
 }
 
+TEST_F(KafkaSenderTest, APropertiesNamePicksItsSettingsAndNewSettingsRetireItsProducer) {
+  // TLS against the mock cluster's plain listener: a handshake that fails,
+  // which shows the file's settings were used, and says so.
+  sender_->SetProperties({{"secure", {{"security.protocol", "ssl"}}},
+                          {"plain", {{"client.id", "delayd-test"}, {"linger.ms", "0"}}}});
+  OutRequest secure = Request(1, "k1", "over tls");
+  secure.url = url() + "?properties=secure";
+  secure.timeout_ms = 1500;
+  auto r = SendAndWait(secure);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->broker, OutResult::Broker::kFailed) << r->error;
+  EXPECT_NE(r->error.find("last connection error: "), std::string::npos) << r->error;
+  EXPECT_NE(r->error.find("SSL"), std::string::npos) << r->error;
+
+  OutRequest plain = Request(2, "k2", "plain");
+  plain.url = url() + "?properties=plain";
+  r = SendAndWait(plain);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->broker, OutResult::Broker::kAcknowledged) << r->error;
+
+  OutRequest unknown = Request(3, "k3", "x");
+  unknown.url = url() + "?properties=gone";
+  r = SendAndWait(unknown);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->broker, OutResult::Broker::kFailed) << "retried: a restart may bring it back";
+  EXPECT_NE(r->error.find("names Kafka properties gone"), std::string::npos) << r->error;
+  EXPECT_EQ(sender_->producers(), 2u);
+
+  // As after SIGHUP: "secure" now says plaintext. Its old producer takes no
+  // more records and is closed; "plain", unchanged, keeps its own.
+  sender_->SetProperties({{"secure", {{"security.protocol", "plaintext"}}},
+                          {"plain", {{"client.id", "delayd-test"}, {"linger.ms", "0"}}}});
+  secure.job.id = 4;
+  r = SendAndWait(secure);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->broker, OutResult::Broker::kAcknowledged) << r->error;
+  EXPECT_EQ(sender_->producers(), 2u) << "the old secure producer closed, plain's kept";
+  std::vector<testing::KafkaRecord> got = kafka_.Consume("orders", 2, 10s);
+  ASSERT_EQ(got.size(), 2u);
+}
+
 TEST_F(KafkaSenderTest, StopDropsRecordsInFlightAndRunsNoCallbackAfter) {
   kafka_.SetBrokersUp(false);
   bool called = false;

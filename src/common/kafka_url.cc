@@ -1,5 +1,6 @@
 #include "common/kafka_url.h"
 
+#include <algorithm>
 #include <cctype>
 
 namespace delayd {
@@ -65,14 +66,16 @@ std::optional<KafkaUrl> ParseKafkaUrl(std::string_view url, std::string* why) {
     constexpr std::string_view kKey = "properties=";
     if (query.rfind(kKey, 0) != 0) return Refuse(why, "takes no query but ?properties=NAME");
     std::string_view name = query.substr(kKey.size());
-    if (name.empty() || name.size() > 64)
-      return Refuse(why, "has an empty or overlong properties name");
-    for (char c : name) {
-      if (!TopicChar(c)) return Refuse(why, "has a properties name other than A-Z a-z 0-9 . _ -");
+    if (!IsKafkaPropertiesName(name)) {
+      return Refuse(why, "has a properties name other than 1 to 64 of A-Z a-z 0-9 . _ -");
     }
     out.properties = std::string(name);
   }
   return out;
+}
+
+bool IsKafkaPropertiesName(std::string_view name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), TopicChar);
 }
 
 }  // namespace delayd

@@ -25,5 +25,8 @@ struct KafkaUrl {
 bool IsKafkaUrl(std::string_view url);
 // `url` read, or why it cannot be ("" on success).
 std::optional<KafkaUrl> ParseKafkaUrl(std::string_view url, std::string* why = nullptr);
+// Whether `name` may name a --kafka-properties file: 1 to 64 of A-Z a-z 0-9
+// . _ -.
+bool IsKafkaPropertiesName(std::string_view name);
 
 }  // namespace delayd

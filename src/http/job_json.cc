@@ -2,6 +2,7 @@
 
 #include "common/base64.h"
 #include "common/json_text.h"
+#include "common/kafka_url.h"
 #include "common/target_kind.h"
 #include "common/time_format.h"
 #include "engine/spec_codec.h"
@@ -215,6 +216,15 @@ Result<engine::JobPatch> ParseJobPatch(const json& j, std::string_view text,
 }
 
 Status CheckTargetUrl(const JobLimits& limits, const std::string& url, const std::string& field) {
+  if (IsKafkaUrl(url)) {
+    std::optional<KafkaUrl> k = ParseKafkaUrl(url);  // ParseTarget read it
+    if (k && !k->properties.empty() &&
+        (limits.kafka_properties == nullptr || !limits.kafka_properties->count(k->properties))) {
+      return Status::InvalidField(field, "names Kafka properties " + k->properties +
+                                             ", which this server does not have "
+                                             "(--kafka-properties NAME=FILE)");
+    }
+  }
   if (limits.targets == nullptr) return Status::Ok();
   Status s = limits.targets->CheckUrl(url);
   return s.ok() ? s : Status::InvalidField(field, s.message());

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,8 @@ namespace delayd::http {
 struct JobLimits {
   // When set, every target URL must pass it (it outlives the parsing).
   const delivery::TargetPolicy* targets = nullptr;
+  // The --kafka-properties NAMEs a Kafka target may pick (none when null).
+  const std::set<std::string>* kafka_properties = nullptr;
   size_t max_body_bytes = engine::kDefaultMaxJobBytes;
   int64_t max_delay_ms = engine::kMaxDurationMs;
   size_t max_key_bytes = 200;

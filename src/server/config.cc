@@ -8,6 +8,8 @@
 #include <iostream>
 #include <set>
 
+#include "brokers/kafka_properties.h"
+
 namespace delayd::server {
 
 namespace {
@@ -60,6 +62,7 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "timer-misfire-grace-ms",
                                                "target-allow",
                                                "target-deny",
+                                               "kafka-properties",
                                                "sync-delay-ms"};
   for (auto& [key, value] : t) {
     if (!kKnown.count(std::string(key.str()))) {
@@ -163,6 +166,18 @@ Status LoadToml(const std::string& path, Config& config) {
       } else {
         return type_error(key, "a string or an array of strings");
       }
+    }
+  }
+  if (auto n = t["kafka-properties"]; n) {
+    const toml::table* files = n.as_table();
+    if (files == nullptr) return type_error("kafka-properties", "a table of NAME = \"FILE\"");
+    config.kafka_properties.clear();
+    for (auto& [name, file] : *files) {
+      if (!file.is_string()) return type_error("kafka-properties", "a table of NAME = \"FILE\"");
+      auto flag =
+          brokers::ParsePropertiesFlag(std::string(name.str()) + "=" + *file.value<std::string>());
+      if (!flag.ok()) return Status::InvalidArgument(path + ": " + flag.status().message());
+      config.kafka_properties.insert(std::move(*flag));
     }
   }
   if (auto n = t["log-level"]; n) {
@@ -296,6 +311,13 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "rules; repeatable. Link-local and unspecified addresses are always denied")
       ->take_all()
       ->allow_extra_args(false);  // one rule per flag; "[::1]" is a rule, not a list
+  std::vector<std::string> kafka_properties;
+  app.add_option("--kafka-properties", kafka_properties,
+                 "NAME=FILE: librdkafka settings (TLS, SASL; key=value lines, ${VAR} from the "
+                 "environment) for Kafka targets that name them (kafka://B/TOPIC?properties=NAME); "
+                 "repeatable; re-read on SIGHUP (doc/brokers.md)")
+      ->take_all()
+      ->allow_extra_args(false);
   app.add_option("--log-level", c.log_level,
                  "trace, debug, info, warn, error or off (default info)")
       ->check(CLI::IsMember(kLogLevels));
@@ -362,6 +384,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--target-allow")) c.target_allow = file.target_allow;
     if (!given("--target-deny")) c.target_deny = file.target_deny;
     if (!given("--sync-delay-ms")) c.sync_delay_ms = file.sync_delay_ms;
+    if (!given("--kafka-properties")) c.kafka_properties = file.kafka_properties;
     if (!given("--timer-misfire-grace-ms")) {
       c.timer_misfire_grace_ms = file.timer_misfire_grace_ms;
     }
@@ -378,6 +401,19 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     }
   }
   if (!binlog_dir.empty()) c.data_dir = binlog_dir;
+  if (!kafka_properties.empty()) c.kafka_properties.clear();
+  for (const std::string& f : kafka_properties) {
+    auto flag = brokers::ParsePropertiesFlag(f);
+    if (!flag.ok() || !c.kafka_properties.insert(*flag).second) {
+      std::cerr << "delayd: "
+                << (flag.ok() ? "--kafka-properties names " + flag->first + " twice"
+                              : flag.status().message())
+                << "\n";
+      out.exit = true;
+      out.exit_code = 2;
+      return out;
+    }
+  }
   if (c.cluster && c.store.empty()) {
     std::cerr << "delayd: --cluster needs --store (a PostgreSQL the nodes share)\n";
     out.exit = true;

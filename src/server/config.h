@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ struct Config {
   // Push targets and alert webhooks: rules of delivery/target_policy.h.
   std::vector<std::string> target_allow;
   std::vector<std::string> target_deny;
+  // Kafka properties files by NAME (brokers/kafka_properties.h), which Kafka
+  // targets pick with ?properties=NAME; re-read on SIGHUP.
+  std::map<std::string, std::string> kafka_properties;
 };
 
 // The outcome of reading the command line: run with `config`, or exit with

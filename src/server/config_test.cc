@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 namespace delayd::server {
 namespace {
@@ -195,6 +196,29 @@ TEST_F(TomlTest, TargetRulesFromTheFileUnlessFlagsGiveThem) {
   Config c;
   EXPECT_FALSE(LoadToml(Write("target-deny = 5\n"), c).ok());
   EXPECT_FALSE(LoadToml(Write("target-allow = [1]\n"), c).ok());
+}
+
+TEST_F(TomlTest, KafkaPropertiesFilesByNameFromTheFileUnlessFlagsGiveThem) {
+  using Files = std::map<std::string, std::string>;
+  std::string p = Write(
+      "[kafka-properties]\norders = \"/etc/delayd/orders.properties\"\n"
+      "pay = \"/etc/delayd/pay.properties\"\n");
+  ParsedArgs a = Parse({"--config", p});
+  ASSERT_FALSE(a.exit);
+  EXPECT_EQ(a.config.kafka_properties, (Files{{"orders", "/etc/delayd/orders.properties"},
+                                              {"pay", "/etc/delayd/pay.properties"}}));
+  a = Parse({"--config", p, "--kafka-properties", "x=/x.properties", "--kafka-properties",
+             "y=/y=.properties"});
+  ASSERT_FALSE(a.exit);
+  EXPECT_EQ(a.config.kafka_properties, (Files{{"x", "/x.properties"}, {"y", "/y=.properties"}}));
+  EXPECT_TRUE(Parse({"--kafka-properties", "x"}).exit) << "no file";
+  EXPECT_TRUE(Parse({"--kafka-properties", "bad name=/f"}).exit);
+  EXPECT_TRUE(Parse({"--kafka-properties", "x=/a", "--kafka-properties", "x=/b"}).exit)
+      << "one name, two files";
+  Config c;
+  EXPECT_FALSE(LoadToml(Write("kafka-properties = \"/f\"\n"), c).ok()) << "not a table";
+  EXPECT_FALSE(LoadToml(Write("[kafka-properties]\nx = 1\n"), c).ok());
+  EXPECT_FALSE(LoadToml(Write("[kafka-properties]\n\"a/b\" = \"/f\"\n"), c).ok());
 }
 
 TEST_F(TomlTest, UnknownKeyIsAnError) {

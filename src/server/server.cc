@@ -70,7 +70,9 @@ Server::Server(Config config)
       shutdown_timer_(io_),
       purge_timer_(io_),
       cluster_timer_(io_),
-      figures_timer_(io_) {}
+      figures_timer_(io_) {
+  signals_.add(SIGHUP);  // settings files read again (Reload)
+}
 
 Server::~Server() {
   // Everything is flushed by now; a second stop signal (an impatient
@@ -79,6 +81,7 @@ Server::~Server() {
   signals_.clear();
   std::signal(SIGTERM, SIG_IGN);
   std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGHUP, SIG_IGN);
   // Completions still queued on the loop (a delivery's result, a store
   // answer, an HTTP session ending on its closed socket) refer to the
   // dispatcher, the API and the HTTP server: they run first, while all of
@@ -255,8 +258,12 @@ Status Server::Start() {
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); }, 1024, *target_policy_);
   grpc_sender_ = std::make_unique<rpc::GrpcSender>(
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); }, *target_policy_, clock_);
+  auto kafka_properties = brokers::LoadKafkaProperties(config_.kafka_properties, &std::getenv);
+  if (!kafka_properties.ok()) return kafka_properties.status();
+  for (const auto& [name, file] : config_.kafka_properties) kafka_properties_.insert(name);
   kafka_sender_ = std::make_unique<brokers::KafkaSender>(
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); }, *target_policy_, clock_);
+  kafka_sender_->SetProperties(*kafka_properties);
   amqp_sender_ = std::make_unique<brokers::AmqpSender>(
       [this](std::function<void()> f) { asio::post(io_, std::move(f)); }, *target_policy_, clock_);
   sender_ = std::make_unique<delivery::TargetRouter>(*http_client_, *grpc_sender_, *kafka_sender_,
@@ -286,6 +293,7 @@ Status Server::Start() {
     ao.max_batch = config_.max_batch;
     ao.limits.max_body_bytes = config_.max_job_size;
     ao.limits.targets = target_policy_.get();
+    ao.limits.kafka_properties = &kafka_properties_;
     ao.version = kVersion;
     ao.metrics = &metrics_;
     ao.metrics_need_token = config_.metrics_auth;
@@ -382,10 +390,14 @@ void Server::SchedulePurge() {
 }
 
 void Server::OnSignal(int signo) {
-  if (signo == SIGUSR1) {
-    // beanstalkd's drain mode: refuse new jobs, serve the rest.
-    spdlog::info("SIGUSR1: draining, new puts are refused");
-    engine_->SetDraining(true);
+  if (signo == SIGUSR1 || signo == SIGHUP) {
+    if (signo == SIGUSR1) {
+      // beanstalkd's drain mode: refuse new jobs, serve the rest.
+      spdlog::info("SIGUSR1: draining, new puts are refused");
+      engine_->SetDraining(true);
+    } else {
+      Reload();
+    }
     signals_.async_wait([this](boost::system::error_code ec, int s) {
       if (!ec) OnSignal(s);
     });
@@ -393,6 +405,18 @@ void Server::OnSignal(int signo) {
   }
   spdlog::info("signal {}: shutting down", signo);
   Shutdown();
+}
+
+void Server::Reload() {
+  // The files named at start, read again; a file that cannot be read keeps
+  // every setting as it was.
+  auto kafka = brokers::LoadKafkaProperties(config_.kafka_properties, &std::getenv);
+  if (!kafka.ok()) {
+    spdlog::error("SIGHUP: kept the settings in use: {}", kafka.status().message());
+    return;
+  }
+  kafka_sender_->SetProperties(*kafka);
+  spdlog::info("SIGHUP: re-read {} Kafka properties file(s)", kafka->size());
 }
 
 void Server::Shutdown() {

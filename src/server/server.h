@@ -14,6 +14,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
+#include <set>
 
 #include "brokers/amqp_sender.h"
 #include "brokers/kafka_sender.h"
@@ -62,6 +63,7 @@ class Server {
   // Makes due jobs ready and hands due push jobs to the HTTP client at once.
   void RunEngine();
   void OnSignal(int signo);
+  void Reload();  // SIGHUP: the Kafka properties files read again
   void Shutdown();
   void WaitForQuiet(int attempts_left);
   void SchedulePurge();
@@ -107,6 +109,7 @@ class Server {
   std::unique_ptr<delivery::HttpClient> http_client_;
   std::unique_ptr<rpc::GrpcSender> grpc_sender_;        // gRPC targets' deliveries
   std::unique_ptr<brokers::KafkaSender> kafka_sender_;  // Kafka targets' deliveries
+  std::set<std::string> kafka_properties_;              // the NAMEs (read by api_)
   std::unique_ptr<brokers::AmqpSender> amqp_sender_;    // RabbitMQ targets' deliveries
   std::unique_ptr<delivery::TargetRouter> sender_;      // the dispatcher's: by the URL's kind
   std::unique_ptr<delivery::Dispatcher> dispatcher_;

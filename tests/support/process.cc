@@ -72,6 +72,20 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+std::pair<int, std::string> RefusedStart(const std::vector<std::string>& args) {
+  const std::string dir = MakeTempDir("delayd-refused");
+  std::vector<std::string> argv = {DelaydBin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Process p;
+  p.Start(argv, dir + ".log");
+  const int status = p.Stop(0, std::chrono::seconds(20));  // signal 0: only waits for it to end
+  return {status, ReadFile(dir + ".log")};
+}
+
 int FreePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace delayd::store::testing {
@@ -42,6 +43,12 @@ std::string DelaydBin();
 
 // The text of a file, or "" if it cannot be read.
 std::string ReadFile(const std::string& path);
+// Replaces `path`'s contents with `text`.
+void WriteFile(const std::string& path, const std::string& text);
+
+// delayd started with `args` (after the binary) that must refuse to start:
+// its exit status once it has ended (20 s at most) and its log.
+std::pair<int, std::string> RefusedStart(const std::vector<std::string>& args);
 
 // A free loopback TCP port (bound, then released).
 int FreePort();
