@@ -42,6 +42,12 @@ class RabbitMq {
   }
   ~RabbitMq() { Script("stop"); }
   const std::string& uri() const { return uri_; }
+  // amqps://guest:guest@localhost:PORT/, whose certificate chains to ca().
+  std::string tls_uri() const {
+    const std::string u = ReadFile(dir_ + "/node/uri_tls");
+    return u.substr(0, u.find('\n'));
+  }
+  std::string ca() const { return dir_ + "/node/ca.pem"; }
   // The target URL of `exchange` with `routing_key` on this node.
   std::string url(const std::string& exchange, const std::string& routing_key) const {
     return uri_ + "?exchange=" + exchange + "&routing_key=" + routing_key;
@@ -258,6 +264,39 @@ TEST_F(AmqpPushTest, KillNineMidFlightDuplicatesAtMostTheJobsInFlight) {
 
 // A host whose addresses the target policy denies is never connected to;
 // the attempts fail saying so and follow the retry policy, as over HTTP.
+TEST_F(AmqpPushTest, OverTlsTheBrokersCertificateMustChainToATrustedCa) {
+  rabbit_.Bind("shop", "secure", "due");
+  const std::string url = rabbit_.tls_uri() + "?exchange=shop&routing_key=due";
+  ASSERT_EQ(url.rfind("amqps://guest:guest@localhost:", 0), 0u) << url;
+  const json retry = {{"initial_backoff_ms", 200}, {"max_backoff_ms", 300}, {"max_attempts", 100}};
+  // This delayd trusts the system's CAs only: the node's certificate, from
+  // a CA of its own, is refused and the job waits, retried.
+  json j = Submit(
+      "t",
+      {{"body", "untrusted"}, {"target", {{"url", url}, {"timeout_ms", 1000}}}, {"retry", retry}});
+  ASSERT_TRUE(WaitUntil([&] { return Job(j["id"])["attempts"].get<int>() >= 2; }, 30s))
+      << Job(j["id"]) << server_->log();
+  const std::string error = Job(j["id"])["last_error"].get<std::string>();
+  EXPECT_NE(error.find("cannot connect over TLS"), std::string::npos) << error;
+  EXPECT_NE(error.find("SSL peer cert verification failed"), std::string::npos) << error;
+  EXPECT_NE(Job(j["id"])["state"], "done");
+  EXPECT_TRUE(rabbit_.Drain("secure", 1, 1s).empty());
+
+  // One told to trust that CA (OpenSSL's SSL_CERT_FILE) delivers over TLS.
+  server_ =
+      std::make_unique<DelaydServer>(MakeTempDir("delayd-apush"), std::vector<std::string>{},
+                                     std::vector<std::string>{"SSL_CERT_FILE=" + rabbit_.ca()});
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back(Submit("t", {{"body", {{"n", i}}}, {"target", {{"url", url}}}})["id"]);
+  }
+  for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done")) << Job(id) << server_->log();
+  std::map<uint64_t, int> seen = Seen("secure", 6, 2s);
+  for (uint64_t id : ids) EXPECT_EQ(seen[id], 1) << "job " << id;
+  EXPECT_EQ(seen.size(), ids.size());
+  EXPECT_NE(server_->log().find("over TLS"), std::string::npos);
+}
+
 TEST_F(AmqpApiTest, ABrokerAddressThePolicyDeniesIsRetriedNeverConnected) {
   server_ = std::make_unique<DelaydServer>(
       MakeTempDir("delayd-apush"),
@@ -287,7 +326,7 @@ TEST_F(AmqpApiTest, TargetsThatCannotBePublishedToAreRefusedNamingTheField) {
   EXPECT_EQ(refused({{"url", "amqp://127.0.0.1:5672/"}}), "target.url") << "no exchange, no key";
   EXPECT_EQ(refused({{"url", "amqp://127.0.0.1/a/b?exchange=x"}}), "target.url");
   EXPECT_EQ(refused({{"url", "amqp://127.0.0.1/?exchange=x&queue=q"}}), "target.url");
-  EXPECT_EQ(refused({{"url", "amqps://127.0.0.1/?exchange=x"}}), "target.url") << "no TLS yet";
+  EXPECT_EQ(refused({{"url", "amqps:/127.0.0.1/?exchange=x"}}), "target.url");
   EXPECT_EQ(refused({{"url", "amqp://169.254.169.254/?exchange=x"}}), "target.url")
       << "the target policy judges the broker";
   EXPECT_EQ(refused({{"url", "amqp://127.0.0.1/?exchange=x"}, {"method", "PUT"}}), "target.method");

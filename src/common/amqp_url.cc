@@ -53,12 +53,10 @@ bool IsAmqpUrl(std::string_view url) {
 }
 
 std::optional<AmqpUrl> ParseAmqpUrl(std::string_view url, std::string* why) {
-  if (url.rfind("amqps://", 0) == 0) {
-    return RefuseAmqp(why, "is amqps://, which this server does not speak yet: use amqp://");
-  }
-  if (!IsAmqpUrl(url)) return RefuseAmqp(why, "is not amqp://");
-  url.remove_prefix(7);
+  if (!IsAmqpUrl(url)) return RefuseAmqp(why, "is not amqp:// or amqps://");
   AmqpUrl out;
+  out.tls = url[4] == 's';
+  url.remove_prefix(out.tls ? 8 : 7);
   const size_t query_at = url.find('?');
   std::string_view query = query_at == url.npos ? "" : url.substr(query_at + 1);
   url = url.substr(0, query_at);
@@ -79,7 +77,7 @@ std::optional<AmqpUrl> ParseAmqpUrl(std::string_view url, std::string* why) {
     out.user = std::move(*user);
     out.password = std::move(*password);
   }
-  std::optional<HostPort> hp = ParseHostPort(authority, 5672);
+  std::optional<HostPort> hp = ParseHostPort(authority, out.tls ? 5671 : 5672);
   if (!hp) {
     return RefuseAmqp(why, "has a broker that is not HOST[:PORT]: \"" +
                                std::string(authority.substr(0, 100)) + "\"");

@@ -1,11 +1,11 @@
 // amqp://[USER[:PASS]@]HOST[:PORT][/VHOST][?exchange=NAME&routing_key=KEY],
-// the URLs of RabbitMQ push targets (doc/brokers.md, "RabbitMQ"): one parser
-// for the API's checks, the target policy and the sender. PORT is 5672 when
-// left out; USER:PASS is guest:guest; VHOST, NAME and KEY are
-// percent-decoded, VHOST "/" when the path is empty or "/" (as pika reads
-// it), NAME "" (the default exchange, which routes to the queue named by
-// the routing key) and KEY "" when left out. amqps:// is refused until TLS
-// to brokers is built.
+// and amqps:// for the same over TLS, the URLs of RabbitMQ push targets
+// (doc/brokers.md, "RabbitMQ"): one parser for the API's checks, the target
+// policy and the sender. PORT is 5672 when left out (5671 for amqps);
+// USER:PASS is guest:guest; VHOST, NAME and KEY are percent-decoded, VHOST
+// "/" when the path is empty or "/" (as pika reads it), NAME "" (the default
+// exchange, which routes to the queue named by the routing key) and KEY ""
+// when left out.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 namespace delayd {
 
 struct AmqpUrl {
+  bool tls = false;  // amqps://
   std::string host;  // without brackets
   uint16_t port = 5672;
   std::string user = "guest";

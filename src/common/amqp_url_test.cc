@@ -29,6 +29,14 @@ TEST(AmqpUrlTest, ReadsEveryPartWithRabbitMqsDefaults) {
   EXPECT_EQ(u->host, "::1");
   EXPECT_EQ(u->vhost, "/") << "\"/\" as pika reads it";
   EXPECT_EQ(u->routing_key, "");
+  EXPECT_FALSE(u->tls);
+  ASSERT_TRUE(u = ParseAmqpUrl("amqps://app:pw@mq.example.com/?exchange=x"));
+  EXPECT_TRUE(u->tls);
+  EXPECT_EQ(u->host, "mq.example.com");
+  EXPECT_EQ(u->port, 5671) << "amqps' own port";
+  EXPECT_EQ(u->user, "app");
+  ASSERT_TRUE(u = ParseAmqpUrl("amqps://[::1]:5673?routing_key=q"));
+  EXPECT_EQ(u->port, 5673);
   EXPECT_TRUE(IsAmqpUrl("amqps://h/?exchange=x"));
   EXPECT_FALSE(IsAmqpUrl("http://h/"));
 }
@@ -46,7 +54,7 @@ TEST(AmqpUrlTest, RefusesWhatRabbitMqCouldNotBeAskedForSayingWhy) {
       "amqp://h:0/?exchange=x",         // no such port
       "amqp://@h/?exchange=x",          // an empty user
       "amqp://bad host/?exchange=x",
-      "amqps://h/?exchange=x",  // TLS to brokers is not built
+      "amqps:/h/?exchange=x",
   };
   for (const char* url : bad) {
     std::string why;
