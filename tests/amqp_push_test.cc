@@ -16,6 +16,7 @@
 #include "support/http.h"
 #include "support/landing.h"
 #include "support/process.h"
+#include "support/push_test.h"
 
 namespace delayd::testing {
 namespace {
@@ -97,22 +98,9 @@ class RabbitMq {
 };
 
 // delayd, and a client's view of it over HTTP.
-class AmqpApiTest : public ::testing::Test {
+class AmqpApiTest : public PushTargetTest {
  protected:
-  void SetUp() override { server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-apush")); }
-  HttpReply Call(const std::string& method, const std::string& target, const json& body = nullptr) {
-    return HttpCall(server_->http_port(), method, target, body.is_null() ? "" : body.dump());
-  }
-  json Submit(const std::string& topic, const json& job) {
-    HttpReply r = Call("POST", "/v1/topics/" + topic + "/jobs", job);
-    EXPECT_EQ(r.status, 201) << r.body;
-    return r.json();
-  }
-  json Job(uint64_t id) { return Call("GET", "/v1/jobs/" + std::to_string(id)).json(); }
-  bool WaitState(uint64_t id, const std::string& state, std::chrono::milliseconds timeout = 30s) {
-    return WaitUntil([&] { return Job(id)["state"] == state; }, timeout);
-  }
-  std::unique_ptr<DelaydServer> server_;
+  AmqpApiTest() : PushTargetTest("delayd-apush", 30s) {}
 };
 
 // ... and a RabbitMQ node beside it.

@@ -12,6 +12,7 @@
 #include "common/time_format.h"
 #include "support/http.h"
 #include "support/process.h"
+#include "support/push_test.h"
 
 namespace delayd::testing {
 namespace {
@@ -67,23 +68,10 @@ class PyReceiver {
   int reset_port_ = 0;
 };
 
-class GrpcPushTest : public ::testing::Test {
+class GrpcPushTest : public PushTargetTest {
  protected:
-  void SetUp() override { server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-gpush")); }
+  GrpcPushTest() : PushTargetTest("delayd-gpush", 15s) {}
   int port() const { return server_->http_port(); }
-  HttpReply Call(const std::string& method, const std::string& target, const json& body = nullptr) {
-    return HttpCall(port(), method, target, body.is_null() ? "" : body.dump());
-  }
-  json Submit(const std::string& topic, const json& job) {
-    HttpReply r = Call("POST", "/v1/topics/" + topic + "/jobs", job);
-    EXPECT_EQ(r.status, 201) << r.body;
-    return r.json();
-  }
-  json Job(uint64_t id) { return Call("GET", "/v1/jobs/" + std::to_string(id)).json(); }
-  bool WaitState(uint64_t id, const std::string& state, std::chrono::milliseconds timeout = 15s) {
-    return WaitUntil([&] { return Job(id)["state"] == state; }, timeout);
-  }
-  std::unique_ptr<DelaydServer> server_;
 };
 
 TEST_F(GrpcPushTest, DeliversEachBodyByteForByteWithTheJobsFieldsAndMetadata) {

@@ -17,6 +17,7 @@
 #include "support/landing.h"
 #include "support/mock_kafka.h"
 #include "support/process.h"
+#include "support/push_test.h"
 
 namespace delayd::testing {
 namespace {
@@ -24,23 +25,10 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-class KafkaPushTest : public ::testing::Test {
+class KafkaPushTest : public PushTargetTest {
  protected:
-  void SetUp() override { server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-kpush")); }
-  HttpReply Call(const std::string& method, const std::string& target, const json& body = nullptr) {
-    return HttpCall(server_->http_port(), method, target, body.is_null() ? "" : body.dump());
-  }
-  json Submit(const std::string& topic, const json& job) {
-    HttpReply r = Call("POST", "/v1/topics/" + topic + "/jobs", job);
-    EXPECT_EQ(r.status, 201) << r.body;
-    return r.json();
-  }
-  json Job(uint64_t id) { return Call("GET", "/v1/jobs/" + std::to_string(id)).json(); }
-  bool WaitState(uint64_t id, const std::string& state, std::chrono::milliseconds timeout = 20s) {
-    return WaitUntil([&] { return Job(id)["state"] == state; }, timeout);
-  }
+  KafkaPushTest() : PushTargetTest("delayd-kpush", 20s) {}
   MockKafka kafka_;
-  std::unique_ptr<DelaydServer> server_;
 };
 
 TEST_F(KafkaPushTest, EveryJobLandsOnceWithItsKeyBodyAndHeadersAndReadsBackDone) {

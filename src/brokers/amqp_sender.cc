@@ -42,6 +42,11 @@ constexpr size_t kMaxUnconfirmed = 1000;       // publishes in flight per connec
 constexpr amqp_channel_t kChannel = 1;
 constexpr int kFrameMax = 131072;  // RabbitMQ's default
 
+struct FreeAddrInfo {
+  void operator()(addrinfo* a) const { freeaddrinfo(a); }
+};
+using AddrInfo = std::unique_ptr<addrinfo, FreeAddrInfo>;
+
 amqp_bytes_t Bytes(std::string_view s) {
   return amqp_bytes_t{s.size(), const_cast<char*>(s.data())};
 }
@@ -126,6 +131,7 @@ struct AmqpSender::Connection {
   void Finish(Publish& p, OutResult::Broker outcome, std::string error, bool timed_out = false);
   void Report();
   bool Connect();
+  AddrInfo Resolve(std::string& why) const;
   int OpenChecked(std::string& why);
   bool OpenTls(std::string& why);
   bool OpenChannel();
@@ -167,9 +173,8 @@ void AmqpSender::Connection::Report() {
   });
 }
 
-// A socket connected to the first of the host's addresses the target
-// policy allows, or -1 and why not.
-int AmqpSender::Connection::OpenChecked(std::string& why) {
+// The host's addresses, or none and why not.
+AddrInfo AmqpSender::Connection::Resolve(std::string& why) const {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -177,11 +182,19 @@ int AmqpSender::Connection::OpenChecked(std::string& why) {
   if (int e = getaddrinfo(url.host.c_str(), std::to_string(url.port).c_str(), &hints, &found);
       e != 0) {
     why = "cannot resolve " + url.host + ": " + gai_strerror(e);
-    return -1;
+    return nullptr;
   }
+  return AddrInfo(found);
+}
+
+// A socket connected to the first of the host's addresses the target
+// policy allows, or -1 and why not.
+int AmqpSender::Connection::OpenChecked(std::string& why) {
+  AddrInfo found = Resolve(why);
+  if (!found) return -1;
   int fd = -1;
   why = "no address for " + url.host;
-  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+  for (addrinfo* a = found.get(); a != nullptr && fd < 0; a = a->ai_next) {
     if (Status s = sender->policy_.CheckAddress(url.host, a->ai_addr); !s.ok()) {
       why = "refused by the target policy: " + s.message();
       continue;
@@ -215,7 +228,6 @@ int AmqpSender::Connection::OpenChecked(std::string& why) {
       fd = -1;
     }
   }
-  freeaddrinfo(found);
   return fd;
 }
 
@@ -226,20 +238,12 @@ int AmqpSender::Connection::OpenChecked(std::string& why) {
 // (OpenSSL's SSL_CERT_FILE and SSL_CERT_DIR point elsewhere) and name the
 // host; TLS 1.2 at least.
 bool AmqpSender::Connection::OpenTls(std::string& why) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (int e = getaddrinfo(url.host.c_str(), std::to_string(url.port).c_str(), &hints, &found);
-      e != 0) {
-    why = "cannot resolve " + url.host + ": " + gai_strerror(e);
-    return false;
-  }
+  AddrInfo found = Resolve(why);
+  if (!found) return false;
   Status allowed;
-  for (addrinfo* a = found; a != nullptr && allowed.ok(); a = a->ai_next) {
+  for (addrinfo* a = found.get(); a != nullptr && allowed.ok(); a = a->ai_next) {
     allowed = sender->policy_.CheckAddress(url.host, a->ai_addr);
   }
-  freeaddrinfo(found);
   if (!allowed.ok()) {
     why = "refused by the target policy: " + allowed.message();
     return false;
