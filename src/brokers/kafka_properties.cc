@@ -4,7 +4,6 @@
 
 #include <array>
 #include <fstream>
-#include <iterator>
 #include <memory>
 
 #include "common/kafka_url.h"

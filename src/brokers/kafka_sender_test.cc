@@ -198,6 +198,22 @@ TEST_F(KafkaSenderTest, APropertiesNamePicksItsSettingsAndNewSettingsRetireItsPr
   ASSERT_EQ(got.size(), 2u);
 }
 
+TEST_F(KafkaSenderTest, AProducerThatCannotBeMadeIsRetriedSayingWhy) {
+  // Settings read at start, then a CA file gone from disk: librdkafka
+  // refuses to make the client, which may succeed once the file is back.
+  sender_->SetProperties(
+      {{"tls",
+        {{"security.protocol", "ssl"}, {"ssl.ca.location", "/nonexistent/delayd-test-ca.pem"}}}});
+  OutRequest req = Request(1, "k", "x");
+  req.url = url() + "?properties=tls";
+  auto r = SendAndWait(req);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->broker, OutResult::Broker::kFailed) << r->error;
+  EXPECT_FALSE(r->not_sent) << "retried, not a dead letter";
+  EXPECT_EQ(r->error.rfind("cannot make a Kafka producer: ", 0), 0u) << r->error;
+  EXPECT_EQ(sender_->producers(), 0u);
+}
+
 TEST_F(KafkaSenderTest, StopDropsRecordsInFlightAndRunsNoCallbackAfter) {
   kafka_.SetBrokersUp(false);
   bool called = false;

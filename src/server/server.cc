@@ -390,21 +390,20 @@ void Server::SchedulePurge() {
 }
 
 void Server::OnSignal(int signo) {
-  if (signo == SIGUSR1 || signo == SIGHUP) {
-    if (signo == SIGUSR1) {
-      // beanstalkd's drain mode: refuse new jobs, serve the rest.
-      spdlog::info("SIGUSR1: draining, new puts are refused");
-      engine_->SetDraining(true);
-    } else {
-      Reload();
-    }
-    signals_.async_wait([this](boost::system::error_code ec, int s) {
-      if (!ec) OnSignal(s);
-    });
-    return;
+  if (signo == SIGINT || signo == SIGTERM) {
+    spdlog::info("signal {}: shutting down", signo);
+    return Shutdown();
   }
-  spdlog::info("signal {}: shutting down", signo);
-  Shutdown();
+  if (signo == SIGUSR1) {
+    // beanstalkd's drain mode: refuse new jobs, serve the rest.
+    spdlog::info("SIGUSR1: draining, new puts are refused");
+    engine_->SetDraining(true);
+  } else {
+    Reload();  // SIGHUP
+  }
+  signals_.async_wait([this](boost::system::error_code ec, int s) {
+    if (!ec) OnSignal(s);
+  });
 }
 
 void Server::Reload() {
