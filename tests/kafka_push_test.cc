@@ -111,8 +111,17 @@ TEST_F(KafkaPushTest, AClusterThatIsDownMakesJobsWaitAndRetryAndLosesNothing) {
 
 // Partition leaders move to other brokers while jobs flow: the producer
 // follows them, and its idempotence keeps each record once.
+//
+// One delivery at a time (the topic's max_concurrency): when a partition
+// moves with several of its records in flight, librdkafka counts a record
+// that failed on the old leader as written once a later one succeeds on the
+// new leader ("implicitly acked"), which is right only because a Kafka
+// broker refuses a sequence number with a gap. Debian's mock cluster
+// (librdkafka 2.0) checks sequences only for transactional producers, so
+// there the earlier record would be lost to the test, not to Kafka.
 TEST_F(KafkaPushTest, LeadersMovingMidRunLoseNothingAndDuplicateNothing) {
   kafka_.CreateTopic("orders");
+  ASSERT_EQ(Call("PUT", "/v1/topics/t", {{"max_concurrency", 1}}).status, 200);
   const json target = {{"url", kafka_.url("orders")}, {"timeout_ms", 10000}};
   std::vector<uint64_t> ids;
   for (int i = 0; i < 150; ++i) {
