@@ -196,7 +196,9 @@ TEST_F(KafkaPushTest, APropertiesFileNamedByTheTargetIsUsedAndReReadOnSighup) {
   WriteFile(file, "security.protocol=plaintext\nacks=0\n");
   ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
   ASSERT_TRUE(WaitUntil(
-      [&] { return server_->log().find("SIGHUP: kept the settings in use") != std::string::npos; },
+      [&] {
+        return server_->log().find("SIGHUP: kept the Kafka properties in use") != std::string::npos;
+      },
       10s))
       << server_->log();
   EXPECT_NE(server_->log().find("line 2 (acks)"), std::string::npos) << server_->log();

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <fstream>
 #include <map>
 
@@ -384,6 +385,113 @@ TEST_F(SafetyTest, TokensComeFromAFileOrTheEnvironmentAndTheReadTokenOnlyReads) 
   // The token is nowhere on the command line.
   const std::string cmdline = ReadFile("/proc/" + std::to_string(server_->pid()) + "/cmdline");
   EXPECT_EQ(cmdline.find("secret"), std::string::npos);
+}
+
+// Issue 33: every operation the OpenAPI document lists, called with a read,
+// a write and an admin token: each token is refused (403) exactly where the
+// operation's scope is above its own, and the read token's walk changes
+// nothing.
+TEST_F(SafetyTest, EachTokenMayCallExactlyTheRoutesOfItsScope) {
+  const std::string dir = MakeTempDir("delayd-tokens");
+  WriteFile(dir + "/tokens", "# scope token\nadmin adm-1\nwrite wr-1\nread rd-1\n");
+  Start({"--api-tokens-file", dir + "/tokens"});
+  const std::vector<std::string> admin = {"Authorization: Bearer adm-1"};
+  HttpReply put = Call("POST", "/v1/topics/scoped/jobs", R"({"key":"k","delay":"1h"})", admin);
+  ASSERT_EQ(put.status, 201) << put.body;
+  const std::string id = std::to_string(put.json()["id"].get<uint64_t>());
+  HttpReply timer =
+      Call("POST", "/v1/timers", R"({"name":"n","topic":"scoped","schedule":"@daily"})", admin);
+  ASSERT_EQ(timer.status, 201) << timer.body;
+  const std::string timer_id = timer.json()["id"].dump();
+  const json doc = json::parse(Call("GET", "/v1/openapi.json", "", admin).body);
+  auto target = [&](std::string path) {
+    for (auto [from, to] :
+         {std::pair<std::string, std::string>{"{topic}", "scoped"}, {"{key}", "k"}}) {
+      if (size_t at = path.find(from); at != path.npos) path.replace(at, from.size(), to);
+    }
+    if (size_t at = path.find("{id}"); at != path.npos) {
+      path.replace(at, 4, path.rfind("/v1/timers", 0) == 0 ? timer_id : id);
+    }
+    return path + "?timeout_ms=0";
+  };
+  // What the read token's walk must leave as it was.
+  auto state = [&] {
+    return Call("GET", "/v1/jobs?topic=scoped", "", admin).body +
+           Call("GET", "/v1/topics/scoped", "", admin).body +
+           Call("GET", "/v1/timers", "", admin).body;
+  };
+  const std::string before = state();
+  // By rank: read, write, admin.
+  const char* names[] = {"read", "write", "admin"};
+  const char* tokens[] = {"rd-1", "wr-1", "adm-1"};
+  int refused[3] = {0, 0, 0}, allowed[3] = {0, 0, 0};
+  for (int t = 0; t < 3; ++t) {
+    for (auto& [path, ops] : doc["paths"].items()) {
+      if (path.rfind("/v1/", 0) != 0) continue;
+      for (auto& [method, op] : ops.items()) {
+        const std::string scope = op.at("x-delayd-scope");
+        const int needed = scope == "read" ? 0 : scope == "write" ? 1 : 2;
+        std::string upper = method;
+        for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        HttpReply r = Call(upper, target(path), upper == "GET" ? "" : "{}",
+                           {std::string("Authorization: Bearer ") + tokens[t]});
+        const std::string what = std::string(names[t]) + " token, " + upper + " " + path;
+        ASSERT_NE(r.status, 401) << what << ": " << r.body;
+        if (t < needed) {
+          ++refused[t];
+          EXPECT_EQ(r.status, 403) << what << ": " << r.body;
+          EXPECT_EQ(r.json().value("type", ""), "https://delayd.dev/problems/insufficient-scope")
+              << what;
+          EXPECT_NE(r.json().value("detail", "").find(scope), std::string::npos) << r.body;
+        } else {
+          ++allowed[t];
+          EXPECT_NE(r.status, 403) << what << ": " << r.body;
+        }
+      }
+    }
+    if (t == 0) {
+      EXPECT_EQ(state(), before) << "the read token changed something";
+    }
+  }
+  EXPECT_EQ(refused[2], 0);
+  EXPECT_EQ(refused[1], 3) << "a topic's settings, pause and resume";
+  EXPECT_GT(refused[0], 20) << "every route that changes something";
+  EXPECT_GT(allowed[0], 15);
+}
+
+// The tokens file is read again on SIGHUP: a revoked token stops working, a
+// new one starts; a file that cannot be used keeps the tokens in use.
+TEST_F(SafetyTest, TokensAreReadAgainOnSighup) {
+  const std::string dir = MakeTempDir("delayd-tokens");
+  WriteFile(dir + "/tokens", "admin old-admin\nread reader\n");
+  Start({"--api-tokens-file", dir + "/tokens"});
+  auto status = [&](const char* token) {
+    return Call("GET", "/v1/stats", "", {std::string("Authorization: Bearer ") + token}).status;
+  };
+  ASSERT_EQ(status("old-admin"), 200);
+  ASSERT_EQ(status("new-admin"), 401);
+  WriteFile(dir + "/tokens", "admin new-admin\nread reader\n");
+  ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(WaitUntil([&] { return status("new-admin") == 200; }, 10s)) << server_->log();
+  EXPECT_EQ(status("old-admin"), 401) << "revoked";
+  EXPECT_EQ(status("reader"), 200);
+  // Emptied, then bad: refused, and the tokens in use stay.
+  for (const char* text : {"# nobody\n", "admin new-admin\nroot x\n"}) {
+    const size_t logged = server_->log().size();
+    WriteFile(dir + "/tokens", text);
+    ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          return server_->log().find("SIGHUP: kept the API tokens in use", logged) !=
+                 std::string::npos;
+        },
+        10s))
+        << server_->log();
+    EXPECT_EQ(status("new-admin"), 200) << text;
+    EXPECT_EQ(status("x"), 401) << text;
+    EXPECT_EQ(Call("GET", "/v1/stats").status, 401) << "an emptied file does not open the API";
+  }
+  EXPECT_EQ(server_->log().find("new-admin"), std::string::npos) << "no token in the log";
 }
 
 TEST_F(SafetyTest, AReadOnlyConsoleCannotAct) {

@@ -1,6 +1,7 @@
 #include "http/access.h"
 
 #include <openssl/crypto.h>
+#include <openssl/sha.h>
 
 #include <algorithm>
 #include <cctype>
@@ -109,24 +110,105 @@ bool ReadOnlyMethod(std::string_view method) {
   return method == "GET" || method == "HEAD" || method == "OPTIONS";
 }
 
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+const char* ScopeName(Scope scope) {
+  switch (scope) {
+    case Scope::kRead:
+      return "read";
+    case Scope::kWrite:
+      return "write";
+    case Scope::kAdmin:
+      return "admin";
+    case Scope::kNone:
+      break;
+  }
+  return "none";
+}
+
+std::optional<Scope> ParseScope(std::string_view name) {
+  for (Scope s : {Scope::kRead, Scope::kWrite, Scope::kAdmin}) {
+    if (name == ScopeName(s)) return s;
+  }
+  return std::nullopt;
+}
+
+namespace {
+std::array<unsigned char, 32> Digest(std::string_view token) {
+  std::array<unsigned char, 32> out;
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), out.data());
+  return out;
+}
+}  // namespace
+
+Status Tokens::Add(Scope scope, std::string_view token, std::string_view source) {
+  if (token.empty()) return Status::InvalidArgument(std::string(source) + ": an empty token");
+  for (unsigned char c : token) {
+    if (c <= ' ' || c == 0x7f) {
+      return Status::InvalidArgument(std::string(source) +
+                                     ": a token may not hold spaces or control characters");
+    }
+  }
+  const auto digest = Digest(token);
+  for (const Entry& e : entries_) {
+    if (e.digest == digest) {
+      return Status::InvalidArgument(std::string(source) +
+                                     ": a token given twice (each token has one scope)");
+    }
+  }
+  entries_.push_back({scope, digest});
+  return Status::Ok();
+}
+
+Scope Tokens::Find(std::string_view presented) const {
+  const auto digest = Digest(presented);
+  Scope found = Scope::kNone;
+  for (const Entry& e : entries_) {
+    // No early exit: every token is compared.
+    if (CRYPTO_memcmp(e.digest.data(), digest.data(), digest.size()) == 0) found = e.scope;
+  }
+  return found;
+}
+
+Status ParseTokensFile(std::string_view text, std::string_view path, Tokens* out) {
+  constexpr size_t kMaxTokens = 10'000;
+  size_t line_no = 0;
+  while (!text.empty()) {
+    ++line_no;
+    const size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    text.remove_prefix(end == text.npos ? text.size() : end + 1);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) {
+      line.remove_suffix(1);
+    }
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    if (line.empty() || line.front() == '#') continue;
+    const std::string where = std::string(path) + ":" + std::to_string(line_no);
+    const size_t gap = line.find_first_of(" \t");
+    const std::optional<Scope> scope = ParseScope(line.substr(0, gap));
+    if (gap == line.npos || !scope) {
+      return Status::InvalidArgument(where +
+                                     ": a line is \"SCOPE TOKEN\", SCOPE admin, write or read");
+    }
+    std::string_view token = line.substr(gap);
+    while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) {
+      token.remove_prefix(1);
+    }
+    if (out->size() >= kMaxTokens) {
+      return Status::InvalidArgument(where + ": more than 10000 tokens");
+    }
+    if (Status s = out->Add(*scope, token, where); !s.ok()) return s;
+  }
+  return Status::Ok();
 }
 
 Scope ScopeOf(const Request& req, const AccessOptions& options) {
-  if (options.token.empty() && options.read_token.empty()) return Scope::kFull;
+  if (options.tokens.empty()) return Scope::kAdmin;
   constexpr std::string_view kBearer = "Bearer ";
   std::string_view auth = req.authorization;
   if (auth.size() <= kBearer.size() || Lower(auth.substr(0, kBearer.size())) != "bearer ") {
     return Scope::kNone;
   }
   auth.remove_prefix(kBearer.size());
-  if (!options.token.empty() && ConstantTimeEquals(auth, options.token)) return Scope::kFull;
-  if (!options.read_token.empty() && ConstantTimeEquals(auth, options.read_token)) {
-    return Scope::kRead;
-  }
-  return Scope::kNone;
+  return options.tokens.Find(auth);
 }
 
 }  // namespace delayd::http

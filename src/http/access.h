@@ -9,6 +9,7 @@
 // DNS name is rebound to 127.0.0.1 can read every answer.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,9 +20,47 @@
 
 namespace delayd::http {
 
+// What a bearer token may do; each scope includes the ones before it.
+//   read:  GET routes (and a timer's preview), the console without actions;
+//   write: besides, submit, reserve and settle, cancel, edit and act on jobs,
+//          bulk actions, timers;
+//   admin: besides, a topic's settings and pausing a topic.
+enum class Scope { kNone, kRead, kWrite, kAdmin };
+const char* ScopeName(Scope scope);  // "read", "write", "admin" ("none")
+std::optional<Scope> ParseScope(std::string_view name);
+
+// The bearer tokens a server accepts, each with its scope. Kept as SHA-256
+// digests: a lookup compares values of one length with CRYPTO_memcmp and
+// walks every token whichever matches, so its time tells nothing of the
+// tokens; and no token stays in memory as text.
+class Tokens {
+ public:
+  // Refuses an empty token, one with a space or a control character (it
+  // could not be sent in an Authorization header as given), and one given
+  // twice, with any scope; `source` names where it came from in the error.
+  Status Add(Scope scope, std::string_view token, std::string_view source);
+  bool empty() const { return entries_.empty(); }
+  size_t size() const { return entries_.size(); }
+  // The scope of `presented`, or kNone.
+  Scope Find(std::string_view presented) const;
+
+ private:
+  struct Entry {
+    Scope scope;
+    std::array<unsigned char, 32> digest;
+  };
+  std::vector<Entry> entries_;
+};
+
+// Reads the text of a tokens file: one "SCOPE TOKEN" a line (SCOPE is
+// admin, write or read), blank lines and lines starting with '#' ignored,
+// at most 10,000 tokens. Errors name `path` and the line, never a token.
+Status ParseTokensFile(std::string_view text, std::string_view path, Tokens* out);
+
 struct AccessOptions {
-  std::string token = {};       // non-empty: full access needs "Authorization: Bearer <token>"
-  std::string read_token = {};  // non-empty: this token reads (GET) and nothing else
+  // Empty: no token needed, everyone is admin. Otherwise /v1 routes need
+  // "Authorization: Bearer <token>" and a scope the route asks for.
+  Tokens tokens = {};
   // Origins ("https://ops.example.com[:port]") whose pages may call the API
   // besides the server's own.
   std::vector<std::string> allowed_origins = {};
@@ -51,15 +90,10 @@ std::optional<Refusal> CheckOrigin(const Request& req, const AccessOptions& opti
 // simple cross-origin request can send are not.
 std::optional<Refusal> CheckContentType(const Request& req);
 
-enum class Scope { kNone, kRead, kFull };
-// What the request's bearer token grants, compared in constant time. With no
-// token configured at all, everything is kFull.
+// What the request's bearer token grants. With no token configured at all,
+// everyone is kAdmin.
 Scope ScopeOf(const Request& req, const AccessOptions& options);
 // Whether `method` only reads.
 bool ReadOnlyMethod(std::string_view method);
-
-// Compares in time that depends on the lengths only, not on where the
-// strings first differ.
-bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
 }  // namespace delayd::http

@@ -74,24 +74,68 @@ TEST(AccessTest, AChangeMustBeSentAsJson) {
 
 TEST(AccessTest, TokensGrantTheirScope) {
   AccessOptions none;
-  EXPECT_EQ(ScopeOf(Req("POST", ""), none), Scope::kFull);
+  EXPECT_EQ(ScopeOf(Req("POST", ""), none), Scope::kAdmin) << "no tokens: no check";
   AccessOptions o;
-  o.token = "full-secret";
-  o.read_token = "read-secret";
+  ASSERT_TRUE(o.tokens.Add(Scope::kAdmin, "admin-secret", "a").ok());
+  ASSERT_TRUE(o.tokens.Add(Scope::kWrite, "write-secret", "w").ok());
+  ASSERT_TRUE(o.tokens.Add(Scope::kRead, "read-secret", "r").ok());
   Request r = Req("GET", "");
   EXPECT_EQ(ScopeOf(r, o), Scope::kNone);
-  r.authorization = "Bearer full-secret";
-  EXPECT_EQ(ScopeOf(r, o), Scope::kFull);
+  r.authorization = "Bearer admin-secret";
+  EXPECT_EQ(ScopeOf(r, o), Scope::kAdmin);
+  r.authorization = "BEARER write-secret";
+  EXPECT_EQ(ScopeOf(r, o), Scope::kWrite);
   r.authorization = "bearer read-secret";
   EXPECT_EQ(ScopeOf(r, o), Scope::kRead);
-  for (const char* bad : {"Bearer full-secre", "Bearer full-secrets", "Bearer ", "full-secret",
-                          "Basic full-secret", "Bearer read-secret "}) {
+  for (const char* bad : {"Bearer admin-secre", "Bearer admin-secrets", "Bearer ", "admin-secret",
+                          "Basic admin-secret", "Bearer read-secret ", "Bearer  read-secret"}) {
     r.authorization = bad;
     EXPECT_EQ(ScopeOf(r, o), Scope::kNone) << bad;
   }
-  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
-  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
-  EXPECT_FALSE(ConstantTimeEquals("abc", "ab"));
+}
+
+TEST(AccessTest, ATokenIsOneWordGivenOnce) {
+  Tokens t;
+  EXPECT_TRUE(t.Add(Scope::kRead, "r3ad", "x").ok());
+  EXPECT_FALSE(t.Add(Scope::kAdmin, "r3ad", "x").ok()) << "the same token with another scope";
+  for (std::string_view bad :
+       {std::string_view(""), std::string_view("two words"), std::string_view("tab\there"),
+        std::string_view("nul\0", 4), std::string_view("del\x7f")}) {
+    Status s = t.Add(Scope::kWrite, bad, "flag");
+    EXPECT_FALSE(s.ok()) << bad;
+    if (!bad.empty()) {
+      EXPECT_EQ(s.message().find(bad), std::string::npos) << "the error does not repeat the token";
+    }
+  }
+  EXPECT_EQ(t.size(), 1u);
+}
+
+TEST(AccessTest, ATokensFileHasOneScopeAndTokenALine) {
+  Tokens t;
+  ASSERT_TRUE(
+      ParseTokensFile("# ops\n\nadmin   a-1\r\n  write\tw-1  \nread r-1\nread r-2", "f", &t).ok());
+  EXPECT_EQ(t.size(), 4u);
+  EXPECT_EQ(t.Find("a-1"), Scope::kAdmin);
+  EXPECT_EQ(t.Find("w-1"), Scope::kWrite);
+  EXPECT_EQ(t.Find("r-2"), Scope::kRead);
+  EXPECT_EQ(t.Find("r-3"), Scope::kNone);
+  struct Bad {
+    const char* text;
+    const char* where;
+  };
+  for (Bad bad :
+       {Bad{"admin a\nsuper s3cret\n", "f:2"}, Bad{"read\n", "f:1"}, Bad{"read r x\n", "f:1"},
+        Bad{"read a\n# c\nwrite a\n", "f:3"}, Bad{"Admin a\n", "f:1"}}) {
+    Tokens u;
+    Status s = ParseTokensFile(bad.text, "f", &u);
+    ASSERT_FALSE(s.ok()) << bad.text;
+    EXPECT_EQ(s.message().rfind(std::string(bad.where) + ":", 0), 0u) << s.message();
+    EXPECT_EQ(s.message().find("s3cret"), std::string::npos) << s.message();
+  }
+  std::string many;
+  for (int i = 0; i <= 10'000; ++i) many += "read t" + std::to_string(i) + "\n";
+  Tokens m;
+  EXPECT_FALSE(ParseTokensFile(many, "f", &m).ok());
 }
 
 }  // namespace

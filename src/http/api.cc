@@ -37,11 +37,14 @@ void Api::ConsoleFile(Call& c, std::string_view name) {
   r.headers.emplace_back("X-Content-Type-Options", "nosniff");
   r.headers.emplace_back("Cache-Control", "no-cache");
   if (name == "config.json") {
-    // Read-only for everyone, or for whoever holds the read-only token.
-    const bool read_only =
-        options_.console == ConsoleMode::kReadOnly ||
-        (!options_.access.read_token.empty() && ScopeOf(c.req, options_.access) == Scope::kRead);
-    r.body = DumpJson({{"mode", read_only ? "read-only" : "full"}, {"version", options_.version}});
+    // What the page's token may do (before it has one: whether it needs
+    // one), so that the console offers only that; read-only for everyone
+    // on a --console read-only server.
+    const Scope scope = ScopeOf(c.req, options_.access);
+    const bool read_only = options_.console == ConsoleMode::kReadOnly || scope == Scope::kRead;
+    r.body = DumpJson({{"mode", read_only ? "read-only" : "full"},
+                       {"scope", read_only && scope != Scope::kNone ? "read" : ScopeName(scope)},
+                       {"version", options_.version}});
     return c.reply(std::move(r));
   }
   for (const ConsoleAsset& a : ConsoleAssets()) {

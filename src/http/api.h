@@ -90,7 +90,15 @@ class Api final : public Handler {
   // Shutting down: every waiting HTTP reserve answers 503 now.
   void EndLongPolls();
 
+  // The tokens read again (SIGHUP); requests from now on are checked
+  // against these.
+  void SetTokens(Tokens tokens) { options_.access.tokens = std::move(tokens); }
+
   static const std::vector<RouteSpec>& Routes();
+  // The scope a route asks of the request's token: reading routes (GET, and
+  // a timer's preview, which changes nothing) read; a topic's settings and
+  // its pause admin; every other route write.
+  static Scope RequiredScope(const RouteSpec& route);
   static const std::string& OpenApiDocument();
 
  private:

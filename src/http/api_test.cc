@@ -36,6 +36,31 @@ TEST(OpenApiTest, DocumentsNoRouteThatDoesNotExist) {
   }
 }
 
+// The scope each operation documents is the one the router asks for; and
+// the rule as users read it: GETs read, a topic's settings and pause are
+// admin's.
+TEST(OpenApiTest, EveryApiRouteDocumentsTheScopeItNeeds) {
+  nlohmann::json doc = nlohmann::json::parse(Api::OpenApiDocument());
+  int admin = 0;
+  for (const RouteSpec& r : Api::Routes()) {
+    if (std::string_view(r.pattern).rfind("/v1/", 0) != 0) continue;
+    std::string method = r.method;
+    std::transform(method.begin(), method.end(), method.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    const Scope scope = Api::RequiredScope(r);
+    EXPECT_EQ(doc["paths"][r.pattern][method].value("x-delayd-scope", ""), ScopeName(scope))
+        << r.method << " " << r.pattern;
+    if (method == "get") {
+      EXPECT_EQ(scope, Scope::kRead) << r.pattern;
+    }
+    if (scope == Scope::kAdmin) {
+      ++admin;
+      EXPECT_EQ(std::string_view(r.pattern).rfind("/v1/topics/{topic}", 0), 0u) << r.pattern;
+    }
+  }
+  EXPECT_EQ(admin, 3) << "PUT a topic, pause it, resume it";
+}
+
 TEST(JobJsonTest, Base64RoundTripsEveryLength) {
   std::string bytes;
   for (int i = 0; i < 10; ++i) {

@@ -136,6 +136,16 @@ const std::vector<RouteSpec>& Api::Routes() {
   return specs;
 }
 
+Scope Api::RequiredScope(const RouteSpec& route) {
+  const std::string_view method = route.method, pattern = route.pattern;
+  if (ReadOnlyMethod(method) || pattern == "/v1/timers/preview") return Scope::kRead;
+  if ((method == "PUT" && pattern == "/v1/topics/{topic}") ||
+      pattern == "/v1/topics/{topic}/pause" || pattern == "/v1/topics/{topic}/resume") {
+    return Scope::kAdmin;
+  }
+  return Scope::kWrite;
+}
+
 void Api::Handle(Request req, Reply reply) {
   // The browser's defences first: they hold with and without a token.
   for (auto check : {&CheckHost, &CheckOrigin}) {
@@ -156,21 +166,12 @@ void Api::Handle(Request req, Reply reply) {
   }
   const bool needs_token =
       req.path.rfind("/v1/", 0) == 0 || (req.path == "/metrics" && options_.metrics_need_token);
-  if (needs_token) {
-    const Scope scope = ScopeOf(req, options_.access);
-    if (scope == Scope::kNone) {
-      Response r = Problem(401, "unauthorized", "Unauthorized",
-                           "this route needs the header Authorization: Bearer <api token>");
-      r.headers.emplace_back("WWW-Authenticate", "Bearer");
-      return reply(std::move(r));
-    }
-    if (scope == Scope::kRead && !ReadOnlyMethod(req.method)) {
-      Response r =
-          Problem(403, "insufficient-scope", "Forbidden",
-                  "the read-only token may only read; " + req.method + " needs the API token");
-      r.headers.emplace_back("WWW-Authenticate", "Bearer error=\"insufficient_scope\"");
-      return reply(std::move(r));
-    }
+  const Scope scope = needs_token ? ScopeOf(req, options_.access) : Scope::kAdmin;
+  if (scope == Scope::kNone) {
+    Response r = Problem(401, "unauthorized", "Unauthorized",
+                         "this route needs the header Authorization: Bearer <api token>");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return reply(std::move(r));
   }
   bool path_known = false;
   for (const Route& route : Table()) {
@@ -178,6 +179,14 @@ void Api::Handle(Request req, Reply reply) {
     if (!Match(route.spec.pattern, req.path, &params)) continue;
     path_known = true;
     if (req.method != route.spec.method) continue;
+    if (const Scope needed = RequiredScope(route.spec); scope < needed) {
+      Response r = Problem(403, "insufficient-scope", "Forbidden",
+                           std::string("this token's scope is ") + ScopeName(scope) + "; " +
+                               req.method + " " + route.spec.pattern + " needs " +
+                               ScopeName(needed) + (needed == Scope::kWrite ? " or admin" : ""));
+      r.headers.emplace_back("WWW-Authenticate", "Bearer error=\"insufficient_scope\"");
+      return reply(std::move(r));
+    }
     if (options_.metrics != nullptr) reply = Timed(route.spec, std::move(reply));
     Call c{std::move(req), std::move(params), {}, std::move(reply)};
     if (!c.req.query.empty()) {

@@ -47,8 +47,11 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "grpc",
                                                "api-token",
                                                "api-token-file",
+                                               "api-write-token",
+                                               "api-write-token-file",
                                                "api-read-token",
                                                "api-read-token-file",
+                                               "api-tokens-file",
                                                "http-allow-origin",
                                                "http-allowed-hosts",
                                                "metrics-topics",
@@ -142,8 +145,11 @@ Status LoadToml(const std::string& path, Config& config) {
                           {"grpc", &config.grpc},
                           {"api-token", &config.api_token},
                           {"api-token-file", &config.api_token_file},
+                          {"api-write-token", &config.api_write_token},
+                          {"api-write-token-file", &config.api_write_token_file},
                           {"api-read-token", &config.api_read_token},
-                          {"api-read-token-file", &config.api_read_token_file}}) {
+                          {"api-read-token-file", &config.api_read_token_file},
+                          {"api-tokens-file", &config.api_tokens_file}}) {
     if (auto n = t[key]; n) {
       if (!n.is_string()) return type_error(key, "a string");
       *out = *n.value<std::string>();
@@ -244,15 +250,25 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "Serve the gRPC API (delayd.v1 Jobs, Topics, Timers, health, reflection) on "
                  "HOST:PORT; port 0 picks a free port (default off)");
   app.add_option("--api-token", c.api_token,
-                 "Require \"Authorization: Bearer TOKEN\" on every /v1 route (default: none; "
-                 "also --api-token-file or DELAYD_API_TOKEN, which ps does not show)");
+                 "Require \"Authorization: Bearer TOKEN\" on every /v1 route; this token is "
+                 "admin: it may do everything (default: no token, the API is open; also "
+                 "--api-token-file or DELAYD_API_TOKEN, which ps does not show)");
   app.add_option("--api-token-file", c.api_token_file,
-                 "Read the API token from this file's first line");
+                 "Read the admin token from this file's first line; re-read on SIGHUP");
+  app.add_option("--api-write-token", c.api_write_token,
+                 "A token that may submit, reserve and settle, cancel, edit and act on jobs, run "
+                 "bulk actions and manage timers, but not change a topic's settings or pause it "
+                 "(also --api-write-token-file or DELAYD_API_WRITE_TOKEN)");
+  app.add_option("--api-write-token-file", c.api_write_token_file,
+                 "Read the write token from this file's first line; re-read on SIGHUP");
   app.add_option("--api-read-token", c.api_read_token,
-                 "A second token that may only read: GET routes and the console's pages, "
-                 "without its actions (also --api-read-token-file or DELAYD_API_READ_TOKEN)");
+                 "A token that may only read: GET routes and the console's pages, without its "
+                 "actions (also --api-read-token-file or DELAYD_API_READ_TOKEN)");
   app.add_option("--api-read-token-file", c.api_read_token_file,
-                 "Read the read-only token from this file's first line");
+                 "Read the read token from this file's first line; re-read on SIGHUP");
+  app.add_option("--api-tokens-file", c.api_tokens_file,
+                 "Any number of tokens, one \"SCOPE TOKEN\" a line (SCOPE admin, write or read; "
+                 "'#' starts a comment line); re-read on SIGHUP");
   app.add_option("--http-allow-origin", c.http_allow_origin,
                  "Web pages of this origin (https://ops.example.com) may call the API; "
                  "repeatable. Requests from any other page's origin are refused (default: none "
@@ -273,7 +289,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "(default on)")
       ->check(CLI::IsMember({"on", "read-only", "off"}));
   app.add_flag("--metrics-auth", c.metrics_auth,
-               "Require the --api-token on /metrics too (default: /metrics is open)");
+               "Require a token (any scope) on /metrics too (default: /metrics is open)");
   app.add_option("--max-batch", c.max_batch, "Most jobs in one HTTP submission (default 1000)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{100'000}));
   app.add_option("--max-request-bytes", c.max_request_bytes,
@@ -369,8 +385,11 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--grpc")) c.grpc = file.grpc;
     if (!given("--api-token")) c.api_token = file.api_token;
     if (!given("--api-token-file")) c.api_token_file = file.api_token_file;
+    if (!given("--api-write-token")) c.api_write_token = file.api_write_token;
+    if (!given("--api-write-token-file")) c.api_write_token_file = file.api_write_token_file;
     if (!given("--api-read-token")) c.api_read_token = file.api_read_token;
     if (!given("--api-read-token-file")) c.api_read_token_file = file.api_read_token_file;
+    if (!given("--api-tokens-file")) c.api_tokens_file = file.api_tokens_file;
     if (!given("--http-allow-origin")) c.http_allow_origin = file.http_allow_origin;
     if (!given("--http-allowed-hosts")) c.http_allowed_hosts = file.http_allowed_hosts;
     if (!given("--metrics-topics")) c.metrics_topics = file.metrics_topics;
@@ -420,14 +439,15 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     out.exit_code = 2;
     return out;
   }
-  if (Status s = ResolveTokens(c, &std::getenv); !s.ok()) {
-    std::cerr << "delayd: " << s.message() << "\n";
+  auto tokens = LoadTokens(c, &std::getenv);
+  if (!tokens.ok()) {
+    std::cerr << "delayd: " << tokens.status().message() << "\n";
     out.exit = true;
     out.exit_code = 2;
     return out;
   }
-  if (c.metrics_auth && c.api_token.empty()) {
-    std::cerr << "delayd: --metrics-auth needs --api-token (the token /metrics asks for)\n";
+  if (c.metrics_auth && tokens->empty()) {
+    std::cerr << "delayd: --metrics-auth needs an API token (the token /metrics asks for)\n";
     out.exit = true;
     out.exit_code = 2;
     return out;
@@ -451,38 +471,60 @@ Result<std::string> FirstLine(const std::string& path, const char* what) {
 }
 }  // namespace
 
-Status ResolveTokens(Config& c, char* (*getenv)(const char*)) {
+Result<http::Tokens> LoadTokens(const Config& c, char* (*getenv)(const char*)) {
+  using http::Scope;
   struct Source {
-    std::string* token;
-    const std::string* file;
+    Scope scope;
+    const std::string& flag;
+    const std::string& file;
     const char* env;
-    const char* what;
+    const char* flag_name;
   };
+  http::Tokens tokens;
   for (const Source& src :
-       {Source{&c.api_token, &c.api_token_file, "DELAYD_API_TOKEN", "API token"},
-        Source{&c.api_read_token, &c.api_read_token_file, "DELAYD_API_READ_TOKEN",
-               "read-only token"}}) {
-    if (!src.file->empty()) {
-      if (!src.token->empty()) {
-        return Status::InvalidArgument(std::string("give the ") + src.what +
-                                       " as a flag or as a file, not both");
+       {Source{Scope::kAdmin, c.api_token, c.api_token_file, "DELAYD_API_TOKEN", "--api-token"},
+        Source{Scope::kWrite, c.api_write_token, c.api_write_token_file, "DELAYD_API_WRITE_TOKEN",
+               "--api-write-token"},
+        Source{Scope::kRead, c.api_read_token, c.api_read_token_file, "DELAYD_API_READ_TOKEN",
+               "--api-read-token"}}) {
+    const std::string what = std::string(http::ScopeName(src.scope)) + " token";
+    std::string token = src.flag, from = src.flag_name;
+    if (!src.file.empty()) {
+      if (!token.empty()) {
+        return Status::InvalidArgument("give the " + what + " as a flag or as a file, not both");
       }
-      auto line = FirstLine(*src.file, src.what);
+      auto line = FirstLine(src.file, what.c_str());
       if (!line.ok()) return line.status();
-      *src.token = *line;
-    } else if (src.token->empty()) {
-      if (const char* v = getenv(src.env); v != nullptr) *src.token = v;
+      token = *line;
+      from = src.file;
+    } else if (const char* v = getenv(src.env); token.empty() && v != nullptr) {
+      token = v;
+      from = src.env;
+    }
+    if (token.empty()) continue;
+    if (Status s = tokens.Add(src.scope, token, from); !s.ok()) return s;
+  }
+  if (!c.api_tokens_file.empty()) {
+    constexpr std::streamsize kMaxBytes = 1 << 20;
+    std::ifstream in(c.api_tokens_file, std::ios::binary);
+    std::string text(kMaxBytes + 1, '\0');
+    if (in) in.read(text.data(), kMaxBytes + 1);
+    if (!in && !in.eof()) {
+      return Status::InvalidArgument("cannot read the tokens file " + c.api_tokens_file);
+    }
+    text.resize(static_cast<size_t>(in.gcount()));
+    if (text.size() > static_cast<size_t>(kMaxBytes)) {
+      return Status::InvalidArgument("the tokens file " + c.api_tokens_file +
+                                     " is larger than 1 MiB");
+    }
+    const size_t before = tokens.size();
+    if (Status s = http::ParseTokensFile(text, c.api_tokens_file, &tokens); !s.ok()) return s;
+    // An emptied file would open the API to everyone: refused, not obeyed.
+    if (tokens.size() == before) {
+      return Status::InvalidArgument("the tokens file " + c.api_tokens_file + " has no token");
     }
   }
-  if (!c.api_read_token.empty() && c.api_token.empty()) {
-    return Status::InvalidArgument(
-        "a read-only token needs an API token too (--api-token): without one, every request "
-        "could write");
-  }
-  if (!c.api_read_token.empty() && c.api_read_token == c.api_token) {
-    return Status::InvalidArgument("the read-only token must differ from the API token");
-  }
-  return Status::Ok();
+  return tokens;
 }
 
 }  // namespace delayd::server

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "common/version.h"
 #include "engine/spec.h"
+#include "http/access.h"
 #include "store/store.h"
 
 namespace delayd::server {
@@ -30,21 +31,26 @@ struct Config {
   std::string log_level = "info";
   std::string http = "127.0.0.1:8080";  // "off": no HTTP API
   std::string grpc = "off";             // HOST:PORT: the gRPC API (doc/grpc.md)
-  // Tokens (non-empty: /v1 routes need one as a bearer token). Each comes
-  // from its flag, its file flag (the file's first line) or the environment
-  // (DELAYD_API_TOKEN, DELAYD_API_READ_TOKEN), so that it need not show in
-  // `ps`; ResolveTokens fills them from the last two.
-  std::string api_token;
+  // Bearer tokens (http/access.h; none: /v1 routes are open), each with a
+  // scope: admin, write or read. One of each scope from its flag, its file
+  // flag (the file's first line) or the environment (DELAYD_API_TOKEN,
+  // DELAYD_API_WRITE_TOKEN, DELAYD_API_READ_TOKEN), so that it need not show
+  // in `ps`; any number from `api_tokens_file` ("SCOPE TOKEN" lines).
+  // LoadTokens gathers them, at start and on SIGHUP.
+  std::string api_token;  // admin
   std::string api_token_file;
-  std::string api_read_token;  // reads only (GET routes, the read-only console)
+  std::string api_write_token;
+  std::string api_write_token_file;
+  std::string api_read_token;
   std::string api_read_token_file;
+  std::string api_tokens_file;
   // Pages of these origins may call the API besides its own (CSRF defence).
   std::vector<std::string> http_allow_origin;
   // Host names a loopback HTTP listener answers besides loopback ones (DNS
   // rebinding defence).
   std::vector<std::string> http_allowed_hosts;
   uint64_t metrics_topics = 100;  // topics with series of their own on /metrics
-  bool metrics_auth = false;      // /metrics needs the api token too
+  bool metrics_auth = false;      // /metrics needs a token too (any scope)
   std::string console = "on";     // the web console: on, read-only or off
   uint64_t max_batch = 1000;      // jobs per HTTP submission
   uint64_t max_request_bytes = 16 << 20;
@@ -73,9 +79,10 @@ struct ParsedArgs {
 
 ParsedArgs ParseArgs(int argc, char** argv);
 
-// Reads the token files and, for a token given neither way, the environment
-// (`getenv`); errors name the file or the conflict.
-Status ResolveTokens(Config& config, char* (*getenv)(const char*));
+// The tokens the server accepts: the flags, the files they name (read now)
+// and, for a scope given neither way, the environment (`getenv`). Errors
+// name the file and line or the conflict, never a token.
+Result<http::Tokens> LoadTokens(const Config& config, char* (*getenv)(const char*));
 
 // Reads a TOML file's keys into `config`, leaving keys it lacks alone.
 // Unknown keys and wrong types are errors.

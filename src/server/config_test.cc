@@ -28,42 +28,83 @@ TEST(ConfigTest, Defaults) {
 }
 
 TEST(ConfigTest, TokensComeFromAFlagAFileOrTheEnvironment) {
+  using http::Scope;
   const std::string dir = ::testing::TempDir();
   const std::string file = dir + "/delayd-token-" + std::to_string(getpid());
   std::ofstream(file) << "from-file\r\nsecond line\n";
   static char* (*no_env)(const char*) = [](const char*) -> char* { return nullptr; };
   static char* (*env)(const char*) = [](const char* name) -> char* {
-    static char full[] = "from-env", read[] = "read-env";
-    return std::string(name) == "DELAYD_API_TOKEN"        ? full
-           : std::string(name) == "DELAYD_API_READ_TOKEN" ? read
-                                                          : nullptr;
+    static char admin[] = "from-env", write[] = "write-env", read[] = "read-env";
+    const std::string n = name;
+    return n == "DELAYD_API_TOKEN"         ? admin
+           : n == "DELAYD_API_WRITE_TOKEN" ? write
+           : n == "DELAYD_API_READ_TOKEN"  ? read
+                                           : nullptr;
   };
   Config c;
   c.api_token_file = file;
-  ASSERT_TRUE(ResolveTokens(c, no_env).ok());
-  EXPECT_EQ(c.api_token, "from-file");
-  Config e;
-  ASSERT_TRUE(ResolveTokens(e, env).ok());
-  EXPECT_EQ(e.api_token, "from-env");
-  EXPECT_EQ(e.api_read_token, "read-env");
+  auto t = LoadTokens(c, no_env);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->size(), 1u);
+  EXPECT_EQ(t->Find("from-file"), Scope::kAdmin);
+  EXPECT_EQ(t->Find("second"), Scope::kNone);
+  t = LoadTokens(Config{}, env);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->Find("from-env"), Scope::kAdmin);
+  EXPECT_EQ(t->Find("write-env"), Scope::kWrite);
+  EXPECT_EQ(t->Find("read-env"), Scope::kRead);
   Config flag;
   flag.api_token = "from-flag";
-  ASSERT_TRUE(ResolveTokens(flag, env).ok());
-  EXPECT_EQ(flag.api_token, "from-flag") << "a flag wins over the environment";
+  t = LoadTokens(flag, env);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->Find("from-flag"), Scope::kAdmin) << "a flag wins over the environment";
+  EXPECT_EQ(t->Find("from-env"), Scope::kNone);
+  EXPECT_EQ(t->Find("write-env"), Scope::kWrite) << "the other scopes still from it";
+  EXPECT_TRUE(LoadTokens(Config{}, no_env)->empty()) << "no token anywhere: the API is open";
   Config both;
   both.api_token = "x";
   both.api_token_file = file;
-  EXPECT_FALSE(ResolveTokens(both, no_env).ok());
+  EXPECT_FALSE(LoadTokens(both, no_env).ok());
   Config missing;
-  missing.api_token_file = dir + "/no-such-token-file";
-  EXPECT_FALSE(ResolveTokens(missing, no_env).ok());
+  missing.api_read_token_file = dir + "/no-such-token-file";
+  EXPECT_FALSE(LoadTokens(missing, no_env).ok());
   Config read_only;
   read_only.api_read_token = "r";
-  EXPECT_FALSE(ResolveTokens(read_only, no_env).ok()) << "a read token needs a full one";
+  EXPECT_EQ(LoadTokens(read_only, no_env)->Find("r"), Scope::kRead)
+      << "read tokens alone: an API nobody can change";
   Config same;
   same.api_token = same.api_read_token = "t";
-  EXPECT_FALSE(ResolveTokens(same, no_env).ok());
+  EXPECT_FALSE(LoadTokens(same, no_env).ok()) << "one token, two scopes";
+  Config spaced;
+  spaced.api_write_token = "two words";
+  EXPECT_FALSE(LoadTokens(spaced, no_env).ok());
   std::filesystem::remove(file);
+}
+
+TEST(ConfigTest, ATokensFileAddsTokensWithTheirScopes) {
+  static char* (*no_env)(const char*) = [](const char*) -> char* { return nullptr; };
+  const std::string file = ::testing::TempDir() + "/delayd-tokens-" + std::to_string(getpid());
+  std::ofstream(file) << "# the on-call team\nadmin ops-1\nwrite svc-orders\nread grafana\n";
+  Config c;
+  c.api_tokens_file = file;
+  c.api_token = "flag-admin";
+  auto t = LoadTokens(c, no_env);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->size(), 4u);
+  EXPECT_EQ(t->Find("svc-orders"), http::Scope::kWrite);
+  EXPECT_EQ(t->Find("grafana"), http::Scope::kRead);
+  std::ofstream(file) << "# all revoked\n";
+  auto empty = LoadTokens(c, no_env);
+  ASSERT_FALSE(empty.ok()) << "an emptied file would open the API";
+  EXPECT_NE(empty.status().message().find("has no token"), std::string::npos);
+  std::ofstream(file) << "write flag-admin\n";
+  auto twice = LoadTokens(c, no_env);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().message().find("flag-admin"), std::string::npos) << "no token text";
+  std::ofstream(file) << std::string((1 << 20) + 1, '#');
+  EXPECT_FALSE(LoadTokens(c, no_env).ok()) << "over 1 MiB";
+  std::filesystem::remove(file);
+  EXPECT_FALSE(LoadTokens(c, no_env).ok()) << "gone";
 }
 
 TEST(ConfigTest, BeanstalkFlagRepeats) {

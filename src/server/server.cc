@@ -284,9 +284,10 @@ Status Server::Start() {
   if (Status s = timers_->Start(); !s.ok()) return s;
   // The API serves the HTTP port and the gRPC port alike (rpc/listener.h).
   if (config_.http != "off" || config_.grpc != "off") {
+    auto tokens = LoadTokens(config_, &std::getenv);
+    if (!tokens.ok()) return tokens.status();
     http::ApiOptions ao;
-    ao.access = {.token = config_.api_token,
-                 .read_token = config_.api_read_token,
+    ao.access = {.tokens = std::move(*tokens),
                  .allowed_origins = config_.http_allow_origin,
                  .allowed_hosts = config_.http_allowed_hosts};
     ao.metrics_topics = config_.metrics_topics;
@@ -408,14 +409,23 @@ void Server::OnSignal(int signo) {
 
 void Server::Reload() {
   // The files named at start, read again; a file that cannot be read keeps
-  // every setting as it was.
+  // what it gave as it was, and the others are still read.
   auto kafka = brokers::LoadKafkaProperties(config_.kafka_properties, &std::getenv);
   if (!kafka.ok()) {
-    spdlog::error("SIGHUP: kept the settings in use: {}", kafka.status().message());
+    spdlog::error("SIGHUP: kept the Kafka properties in use: {}", kafka.status().message());
+  } else {
+    kafka_sender_->SetProperties(*kafka);
+    spdlog::info("SIGHUP: re-read {} Kafka properties file(s)", kafka->size());
+  }
+  if (api_ == nullptr) return;
+  auto tokens = LoadTokens(config_, &std::getenv);
+  if (!tokens.ok()) {
+    spdlog::error("SIGHUP: kept the API tokens in use: {}", tokens.status().message());
     return;
   }
-  kafka_sender_->SetProperties(*kafka);
-  spdlog::info("SIGHUP: re-read {} Kafka properties file(s)", kafka->size());
+  const size_t n = tokens->size();
+  api_->SetTokens(std::move(*tokens));
+  spdlog::info("SIGHUP: {} API token(s) in use", n);
 }
 
 void Server::Shutdown() {

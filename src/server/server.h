@@ -63,7 +63,10 @@ class Server {
   // Makes due jobs ready and hands due push jobs to the HTTP client at once.
   void RunEngine();
   void OnSignal(int signo);
-  void Reload();  // SIGHUP: the Kafka properties files read again
+  // SIGHUP: the Kafka properties and token files read again. A token file
+  // never reads as no token (LoadTokens refuses that), so a reload cannot
+  // open an API that needed tokens.
+  void Reload();
   void Shutdown();
   void WaitForQuiet(int attempts_left);
   void SchedulePurge();

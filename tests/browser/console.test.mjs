@@ -287,6 +287,24 @@ try {
   await signInAndOpenJob(reader, ro, 'read-secret', 'r');
   assert.equal(await reader.getByRole('button', { name: 'Run now' }).isVisible(), false,
                'the read-only token: no actions');
+  await reader.getByText('read-only access').waitFor();
+
+  // A write token: acts on jobs, but a topic's settings and pause are the
+  // admin token's, so the topic page offers neither.
+  const wr = await startDelayd(['--api-token', 'admin-secret', '--api-write-token', 'write-secret'], 'admin-secret');
+  assert.equal((await wr.api('POST', '/v1/topics/t/jobs', { key: 'w', delay: '1h' })).status, 201);
+  const writer = await newPage(wr);
+  await writer.getByRole('dialog', { name: 'This server needs its API token' }).waitFor();
+  await signInAndOpenJob(writer, wr, 'write-secret', 'w');
+  await writer.getByText('write access (no topic settings)').waitFor();
+  await writer.getByRole('button', { name: 'Run now' }).click();
+  await waitFor('the write token to run the job', async () =>
+    (await wr.api('GET', '/v1/topics/t/keys/w')).json.state === 'ready');
+  await writer.goto(`${wr.base}/#/topics/t`);
+  await heading(writer, 'Topic t');
+  assert.equal(await writer.getByRole('button', { name: 'Pause' }).isVisible(), false, 'write token: no pause');
+  assert.equal(await writer.getByRole('button', { name: 'Save settings' }).isVisible(), false);
+  await shot(writer, 'topic-write-token');
 
   // A page of another origin (a site the operator happens to open) tries
   // what a browser lets any page send without asking: a text/plain POST, and

@@ -6,6 +6,7 @@
 const state = {
   token: sessionStorage.getItem('delayd-token') || '',
   mode: 'full',      // or 'read-only' (/console/config.json)
+  scope: 'admin',    // what the token may do: admin, write or read ('none' before one is given)
   timer: null,       // the current page's refresh
   lastMetrics: null, // {at, counters} for rates
   forecast: 'minute',
@@ -97,13 +98,20 @@ function askToken(error) {
   return new Promise(resolve => tokenWaiters.push(resolve));
 }
 
-// The console's mode: read-only when the server says so, or when the token
-// given is the read-only one (the server answers with the token's scope).
+// What the console offers: the server answers with its mode (read-only for
+// everyone, or full) and the scope of the token given. A read token, or a
+// read-only console, hides every action (.act); a write token hides the
+// topic settings and pause (.admin), which need an admin token.
 async function loadConfig() {
   const headers = state.token ? {'Authorization': `Bearer ${state.token}`} : {};
   const config = await fetch('/console/config.json', {headers}).then(r => r.json()).catch(() => ({}));
   state.mode = config.mode || 'full';
+  state.scope = config.scope || 'admin';
   document.body.classList.toggle('readonly', state.mode === 'read-only');
+  document.body.classList.toggle('no-admin', state.scope !== 'admin');
+  const access = {read: 'read-only access', write: 'write access (no topic settings)', admin: ''};
+  document.getElementById('access').textContent =
+    state.mode === 'read-only' ? access.read : access[state.scope] || '';
 }
 
 function setupLogin() {
@@ -250,10 +258,10 @@ async function topicPage(name, at = location.hash) {
       ['oldest ready job waiting', `${t.ready_lateness_ms || 0} ms`],
       ['signing secret', t.signing_secret_set ? 'set' : 'none'], ['deliveries in flight', t.in_flight]]),
     h('div', {class: 'actions'},
-      t.paused ? button('Resume', act(() => api('POST', `${path}/resume`, {}), 'Resumed.'))
-               : button('Pause', act(() => api('POST', `${path}/pause`, {}), 'Paused.')),
+      t.paused ? button('Resume', act(() => api('POST', `${path}/resume`, {}), 'Resumed.'), 'admin')
+               : button('Pause', act(() => api('POST', `${path}/pause`, {}), 'Paused.'), 'admin'),
       h('a', {href: `#/jobs?topic=${encodeURIComponent(name)}`}, 'Jobs of this topic')),
-    h('form', {class: 'act', onsubmit: async e => {
+    h('form', {class: 'act admin', onsubmit: async e => {
       e.preventDefault();
       let body;
       try { body = JSON.parse(editor.value); } catch (err) { out.replaceChildren(message('The settings are not valid JSON.')); return; }
