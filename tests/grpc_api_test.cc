@@ -104,8 +104,10 @@ TEST_F(GrpcApiTest, BadInputIsRefusedNamingTheFieldAndChangesNothing) {
 }
 
 TEST_F(GrpcApiTest, TokensAndTheirScopesAsOverHttp) {
-  Start({"--api-token", "admin-t0ken", "--api-read-token", "read-t0ken"});
-  ClientRun run = RunClient(address_, "auth", {"admin-t0ken", "read-t0ken"}, "admin-t0ken");
+  Start({"--api-token", "admin-t0ken", "--api-read-token", "read-t0ken", "--api-write-token",
+         "write-t0ken"});
+  ClientRun run =
+      RunClient(address_, "auth", {"admin-t0ken", "read-t0ken", "write-t0ken"}, "admin-t0ken");
   ASSERT_EQ(run.status, 0) << run.output << server_->log();
 }
 

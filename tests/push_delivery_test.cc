@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <algorithm>
 #include <set>
 
 #include "common/time_format.h"
@@ -62,6 +63,83 @@ std::string Hmac(const std::string& key, const std::string& msg) {
 
 int64_t Ms(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+// Issue 33: a W3C trace context given at submission reaches the target on
+// every attempt, with the submitter's trace id, its flags and tracestate,
+// and a parent id of the attempt's own, which the attempt log and the job
+// show; a timer's fires carry the trace of the request that made it. A
+// traceparent that breaks the spec's rules is ignored, not refused.
+TEST_F(PushTest, TheSubmittersTraceGoesOnWithEveryAttemptUnderANewParentId) {
+  Receiver rx([](const Received&, int n) { return Answer(n == 0 ? 503 : 200); });
+  const std::string trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  const std::string submitted = "00-" + trace_id + "-00f067aa0ba902b7-01";
+  const std::vector<std::string> headers = {
+      "traceparent: " + submitted, "tracestate: rojo=00f067aa0ba902b7 , congo=t61rcWkgMzE"};
+  json spec = {{"body", "traced"},
+               {"target", {{"url", rx.url("/t")}}},
+               {"retry", {{"initial_backoff_ms", 100}, {"jitter", false}}}};
+  HttpReply put = HttpCall(port(), "POST", "/v1/topics/traced/jobs", spec.dump(), headers);
+  ASSERT_EQ(put.status, 201) << put.body;
+  const uint64_t id = put.json()["id"];
+  EXPECT_EQ(put.json()["traceparent"], submitted);
+  EXPECT_EQ(put.json()["tracestate"], "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE");
+  ASSERT_TRUE(WaitState(id, "done"));
+  const std::vector<Received> got = rx.received();
+  ASSERT_EQ(got.size(), 2u);
+  std::set<std::string> parents;
+  for (const Received& r : got) {
+    const std::string tp = r.headers.count("traceparent") ? r.headers.at("traceparent") : "";
+    ASSERT_EQ(tp.size(), 55u) << tp;
+    EXPECT_EQ(tp.substr(0, 36), "00-" + trace_id + "-");
+    EXPECT_EQ(tp.substr(52), "-01");
+    EXPECT_NE(tp, submitted) << "a parent id of delayd's own";
+    parents.insert(tp.substr(36, 16));
+    EXPECT_EQ(r.headers.at("tracestate"), "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE");
+  }
+  EXPECT_EQ(parents.size(), 2u) << "one parent id per attempt";
+  const json attempts = Get("/v1/jobs/" + std::to_string(id) + "/attempts")["attempts"];
+  ASSERT_EQ(attempts.size(), 2u) << attempts;
+  for (const json& a : attempts) EXPECT_EQ(parents.count(a["parent_id"].get<std::string>()), 1u);
+  EXPECT_EQ(Get("/v1/jobs/" + std::to_string(id))["traceparent"], submitted);
+
+  // Broken: upper case, all-zero trace id, two traceparents. The job is
+  // taken, without a trace context, and its push carries none.
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"traceparent: 00-" + std::string(32, 'A') + "-00f067aa0ba902b7-01",
+                                 "tracestate: a=1"},
+        std::vector<std::string>{"traceparent: 00-" + std::string(32, '0') +
+                                 "-00f067aa0ba902b7-01"},
+        std::vector<std::string>{"traceparent: " + submitted, "traceparent: " + submitted}}) {
+    const size_t before = rx.count();
+    HttpReply r =
+        HttpCall(port(), "POST", "/v1/topics/traced/jobs",
+                 json{{"body", "plain"}, {"target", {{"url", rx.url("/p")}}}}.dump(), bad);
+    ASSERT_EQ(r.status, 201) << r.body;
+    EXPECT_TRUE(r.json()["traceparent"].is_null()) << bad[0];
+    EXPECT_TRUE(r.json()["tracestate"].is_null());
+    ASSERT_TRUE(rx.WaitFor([&](auto& v) { return v.size() == before + 1; }, 10s));
+    EXPECT_EQ(rx.received().back().headers.count("traceparent"), 0u) << bad[0];
+  }
+
+  // A timer: its fires' jobs carry the trace of the request that made it.
+  json timer = {{"name", "traced"},
+                {"topic", "traced"},
+                {"schedule", "@every 1s"},
+                {"template", {{"body", "fire"}, {"target", {{"url", rx.url("/timer")}}}}}};
+  HttpReply made = HttpCall(port(), "POST", "/v1/timers", timer.dump(), headers);
+  ASSERT_EQ(made.status, 201) << made.body;
+  EXPECT_EQ(made.json()["template"]["traceparent"], submitted);
+  ASSERT_TRUE(rx.WaitFor(
+      [](auto& v) {
+        return std::any_of(v.begin(), v.end(),
+                           [](const Received& r) { return r.path == "/timer"; });
+      },
+      10s));
+  for (const Received& r : rx.received()) {
+    if (r.path != "/timer") continue;
+    EXPECT_EQ(r.headers.at("traceparent").substr(0, 36), "00-" + trace_id + "-");
+  }
 }
 
 TEST_F(PushTest, DeliversOnTimeWithEveryHeaderAndAVerifiableSignature) {

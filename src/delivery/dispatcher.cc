@@ -16,6 +16,7 @@
 #include "common/json_dump.h"
 #include "common/target_kind.h"
 #include "common/time_format.h"
+#include "common/trace_context.h"
 #include "delivery/retry_policy.h"
 #include "engine/timer_key.h"
 
@@ -188,6 +189,16 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
              .due_ms = lease.due_ms,
              .run_at_ms = lease.run_at_ms,
              .body_is_json = lease.spec->encoding == engine::BodyEncoding::kJson};
+  // The submitter's trace goes on under a parent id of this attempt's own,
+  // so that each attempt is a span of its own on the receiving side.
+  std::string parent_id;
+  if (std::optional<TraceParent> tp = ParseTraceparent(lease.spec->traceparent)) {
+    tp->parent_id = parent_id = NewParentId();
+    req.job.traceparent = FormatTraceparent(*tp);
+    req.job.tracestate = lease.spec->tracestate;
+    req.headers.push_back("traceparent: " + req.job.traceparent);
+    if (!req.job.tracestate.empty()) req.headers.push_back("tracestate: " + req.job.tracestate);
+  }
   if (std::optional<engine::FireOfKey> fire = engine::ParseTimerFireKey(lease.key)) {
     // A catch-up fire after downtime is due now; its fire time says which it was.
     req.headers.push_back("Delayd-Timer-Id: " + std::to_string(fire->timer_id));
@@ -217,7 +228,14 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
                               ? "Content-Type: application/json"
                               : "Content-Type: application/octet-stream");
   }
-  for (const auto& [k, v] : target.headers) req.headers.push_back(k + ": " + v);
+  for (const auto& [k, v] : target.headers) {
+    // A target's own trace headers yield to the job's trace context.
+    if (!parent_id.empty() &&
+        (strcasecmp(k.c_str(), "traceparent") == 0 || strcasecmp(k.c_str(), "tracestate") == 0)) {
+      continue;
+    }
+    req.headers.push_back(k + ": " + v);
+  }
   ++stats_.in_flight;
   ++topics_[lease.topic].in_flight;
   const int64_t started_ms = clock_.WallMillis();
@@ -228,20 +246,22 @@ void Dispatcher::Deliver(engine::PushLease lease, const engine::TopicSettings* s
       OutResult r;
       r.not_sent = true;
       r.error = refused;
-      OnResult(lease, started_ms, std::move(r));
+      OnResult(lease, started_ms, "", std::move(r));
     });
     return;
   }
-  client_.Send(std::move(req), [this, lease = std::move(lease), started_ms, sent_us](OutResult r) {
+  client_.Send(std::move(req), [this, lease = std::move(lease), started_ms, sent_us,
+                                parent_id = std::move(parent_id)](OutResult r) {
     if (metrics_ != nullptr) {
       metrics_->Kind(KindOfUrl(lease.spec->target->url))
           .duration.ObserveMicros(clock_.SteadyMicros() - sent_us);
     }
-    OnResult(lease, started_ms, std::move(r));
+    OnResult(lease, started_ms, parent_id, std::move(r));
   });
 }
 
-void Dispatcher::OnResult(const engine::PushLease& lease, int64_t started_ms, OutResult r) {
+void Dispatcher::OnResult(const engine::PushLease& lease, int64_t started_ms,
+                          const std::string& parent_id, OutResult r) {
   --stats_.in_flight;
   TopicState& ts = topics_[lease.topic];
   --ts.in_flight;
@@ -254,6 +274,7 @@ void Dispatcher::OnResult(const engine::PushLease& lease, int64_t started_ms, Ou
   a.started_ms = started_ms;
   a.duration_ms = r.duration_ms;
   a.http_status = r.status;
+  a.parent_id = parent_id;
   a.error = r.timed_out ? "timed out after " + std::to_string(r.duration_ms) + " ms: " + r.error
                         : r.error;
   if (a.error.size() > kErrorExcerptBytes) a.error.resize(kErrorExcerptBytes);

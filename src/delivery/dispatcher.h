@@ -86,7 +86,9 @@ class Dispatcher {
   void Pump();
   bool PumpTopic(const std::string& topic, TopicState& ts);
   void Deliver(engine::PushLease lease, const engine::TopicSettings* settings);
-  void OnResult(const engine::PushLease& lease, int64_t started_ms, OutResult r);
+  // `parent_id`: the one the attempt's traceparent carried, if any.
+  void OnResult(const engine::PushLease& lease, int64_t started_ms, const std::string& parent_id,
+                OutResult r);
   void MaybeAlert(const std::string& topic, TopicState& ts, const char* event, uint64_t job_id,
                   const std::string& error);
 

@@ -177,6 +177,49 @@ TEST_F(DispatcherTest, DeliversTheJobAsItsTargetSaysAndFinishesItOn2xx) {
   EXPECT_EQ(log[0].http_status, 204);
 }
 
+// W3C trace context: each attempt sends the submitter's trace id and
+// tracestate under a parent id of its own, recorded in the attempt log; a
+// target's own traceparent yields to the job's.
+TEST_F(DispatcherTest, EachAttemptCarriesTheTraceUnderANewParentId) {
+  engine::RetryPolicy retry;
+  retry.max_attempts = 3;
+  retry.initial_backoff_ms = 1000;
+  retry.jitter = false;
+  engine::NewJob job = PushJob("t", retry);
+  job.spec.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  job.spec.tracestate = "rojo=00f067aa0ba902b7";
+  job.spec.target->headers = {
+      {"TraceParent", "00-11111111111111111111111111111111-1111111111111111-00"}};
+  const uint64_t id = Submit("orders", std::move(job));
+  std::vector<std::string> parents;
+  for (size_t i = 0; i < 2; ++i) {
+    RunUntil([&] { return sender_.sent.size() == i + 1; });
+    int traceparents = 0;
+    for (const std::string& h : sender_.sent[i].request.headers) {
+      traceparents += strncasecmp(h.c_str(), "traceparent:", 12) == 0;
+    }
+    EXPECT_EQ(traceparents, 1) << "the target's own is not sent beside it";
+    const std::string tp = sender_.Header(i, "traceparent").value_or("");
+    ASSERT_EQ(tp.size(), 55u) << tp;
+    EXPECT_EQ(tp.substr(0, 36), "00-4bf92f3577b34da6a3ce929d0e0e4736-") << "the same trace";
+    EXPECT_EQ(tp.substr(52), "-01") << "its flags";
+    parents.push_back(tp.substr(36, 16));
+    EXPECT_EQ(sender_.Header(i, "tracestate"), "rojo=00f067aa0ba902b7");
+    sender_.Answer(i, i == 0 ? 503 : 204, i == 0 ? "HTTP 503: busy" : "");
+    if (i == 0) {
+      RunUntil([&] { return StateOf(id) == engine::JobState::kDelayed; });
+      Advance(1000);
+    }
+  }
+  RunUntil([&] { return StateOf(id) == engine::JobState::kDone; });
+  EXPECT_NE(parents[0], "00f067aa0ba902b7") << "not the submitter's span";
+  EXPECT_NE(parents[0], parents[1]) << "each attempt a span of its own";
+  const std::vector<engine::Attempt> log = engine::ReadAttempts(GetJob(id)->record.attempt_log);
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].parent_id, parents[0]);
+  EXPECT_EQ(log[1].parent_id, parents[1]);
+}
+
 TEST_F(DispatcherTest, AFailureIsRetriedAfterItsBackoffAndTheLastOneIsADeadLetter) {
   engine::TopicSettings settings;
   settings.signing_secret = "s3cret";

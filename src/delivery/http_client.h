@@ -39,6 +39,8 @@ struct DeliveryJob {
   uint64_t timer_id = 0;  // 0: no timer's fire
   int64_t fire_ms = 0;
   bool body_is_json = false;
+  std::string traceparent = {};  // this attempt's, as its headers carry it; empty: none
+  std::string tracestate = {};
 };
 
 struct OutRequest {

@@ -17,6 +17,7 @@ constexpr const char* kDuration = "duration_ms";
 constexpr const char* kOutcome = "outcome";
 constexpr const char* kHttpStatus = "http_status";
 constexpr const char* kError = "error";
+constexpr const char* kParentId = "parent_id";  // written when there is one
 }  // namespace
 
 std::string_view OutcomeName(AttemptOutcome o) { return kOutcomes[static_cast<size_t>(o)]; }
@@ -38,6 +39,7 @@ void AppendAttempt(std::string& log, const Attempt& a, size_t keep) {
   w.Key(kOutcome).String(OutcomeName(a.outcome));
   w.Key(kHttpStatus).Int(a.http_status);
   w.Key(kError).String(a.error);
+  if (!a.parent_id.empty()) w.Key(kParentId).String(a.parent_id);
   w.EndObject();
   // Appending is text work: one delivery used to parse and re-render the
   // whole log. Only a log that may have outgrown its limit (one entry per
@@ -76,6 +78,7 @@ std::vector<Attempt> ReadAttempts(std::string_view log) {
     a.outcome = ParseOutcome(e.value(kOutcome, "")).value_or(AttemptOutcome::kRetry);
     a.http_status = e.value(kHttpStatus, 0);
     a.error = e.value(kError, "");
+    a.parent_id = e.value(kParentId, "");
     out.push_back(std::move(a));
   }
   return out;

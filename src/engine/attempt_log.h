@@ -27,6 +27,9 @@ struct Attempt {
   AttemptOutcome outcome = AttemptOutcome::kOk;
   int http_status = 0;  // 0: no response
   std::string error;    // excerpt; empty on success
+  // The parent id this attempt's traceparent carried (a job with a trace
+  // context); empty otherwise.
+  std::string parent_id = {};
 };
 
 // Appends `a` to `log`, then drops the oldest entries beyond `keep`. Entries

@@ -18,7 +18,9 @@ TEST(AttemptLogTest, WhatIsAppendedReadsBackFieldForField) {
   std::string log;
   AppendAttempt(log, Make(1, AttemptOutcome::kRetry, "timed out after 5000 ms: \"x\"\n"), 20);
   AppendAttempt(log, Make(2, AttemptOutcome::kDead, "HTTP 500: \xE2\x9C\x93"), 20);
-  AppendAttempt(log, Make(3, AttemptOutcome::kOk), 20);
+  Attempt traced = Make(3, AttemptOutcome::kOk);
+  traced.parent_id = "00f067aa0ba902b7";
+  AppendAttempt(log, traced, 20);
   const std::vector<Attempt> back = ReadAttempts(log);
   ASSERT_EQ(back.size(), 3u) << log;
   for (uint32_t i = 0; i < 3; ++i) {
@@ -33,6 +35,8 @@ TEST(AttemptLogTest, WhatIsAppendedReadsBackFieldForField) {
   EXPECT_EQ(back[1].outcome, AttemptOutcome::kDead);
   EXPECT_EQ(back[1].error, "HTTP 500: \xE2\x9C\x93");
   EXPECT_EQ(back[2].outcome, AttemptOutcome::kOk);
+  EXPECT_EQ(back[0].parent_id, "") << "no trace context, none written";
+  EXPECT_EQ(back[2].parent_id, "00f067aa0ba902b7");
 }
 
 TEST(AttemptLogTest, KeepsOnlyTheLatestEntriesAsTheyWereWritten) {

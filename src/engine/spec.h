@@ -45,6 +45,11 @@ struct JobSpec {
   std::optional<Target> target;  // set: a push job
   std::optional<RetryPolicy> retry;
   BodyEncoding encoding = BodyEncoding::kRaw;
+  // The submitter's W3C trace context (common/trace_context.h): its
+  // traceparent as version 00, and its tracestate; empty when none. Each
+  // push attempt sends the trace id on under a parent id of its own.
+  std::string traceparent;
+  std::string tracestate;
 };
 
 struct AlertRule {

@@ -125,7 +125,10 @@ JsonWriter& WriteJson(JsonWriter& w, const RetryPolicy& r) {
 }
 
 std::string EncodeSpec(const JobSpec& spec) {
-  if (!spec.target && !spec.retry && spec.encoding == BodyEncoding::kRaw) return "";
+  if (!spec.target && !spec.retry && spec.encoding == BodyEncoding::kRaw &&
+      spec.traceparent.empty()) {
+    return "";
+  }
   std::string text;
   JsonWriter w(text);
   w.BeginObject();
@@ -133,6 +136,10 @@ std::string EncodeSpec(const JobSpec& spec) {
   if (spec.retry) WriteJson(w.Key("retry"), *spec.retry);
   if (spec.encoding != BodyEncoding::kRaw) {
     w.Key("encoding").String(spec.encoding == BodyEncoding::kJson ? "json" : "base64");
+  }
+  if (!spec.traceparent.empty()) {
+    w.Key("traceparent").String(spec.traceparent);
+    if (!spec.tracestate.empty()) w.Key("tracestate").String(spec.tracestate);
   }
   w.EndObject();
   return text;
@@ -159,6 +166,8 @@ std::shared_ptr<const JobSpec> DecodeSpec(const std::string& text) {
   } else if (encoding != "raw") {
     r.Unreadable("encoding");
   }
+  r.Get("traceparent", spec->traceparent);
+  r.Get("tracestate", spec->tracestate);
   return spec;
 }
 

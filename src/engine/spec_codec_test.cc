@@ -35,6 +35,18 @@ TEST(SpecCodecTest, AJobSpecIsStoredInItsDocumentedFormAndReadBack) {
   EXPECT_EQ(back->encoding, BodyEncoding::kBase64);
   EXPECT_EQ(EncodeSpec(*back), kStoredSpec);
   EXPECT_EQ(EncodeSpec(JobSpec{}), "") << "a plain job stores no spec";
+  JobSpec traced;
+  traced.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  traced.tracestate = "rojo=00f067aa0ba902b7";
+  const std::string stored = EncodeSpec(traced);
+  EXPECT_EQ(stored, R"({"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",)"
+                    R"("tracestate":"rojo=00f067aa0ba902b7"})")
+      << "a pull job with a trace context stores it";
+  back = DecodeSpec(stored);
+  ASSERT_TRUE(back);
+  EXPECT_FALSE(back->target);
+  EXPECT_EQ(back->traceparent, traced.traceparent);
+  EXPECT_EQ(back->tracestate, traced.tracestate);
   EXPECT_EQ(DecodeSpec(""), nullptr);
 }
 

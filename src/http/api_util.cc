@@ -5,11 +5,20 @@
 
 #include "common/json_text.h"
 #include "common/time_format.h"
+#include "common/trace_context.h"
 #include "engine/job_state.h"
 
 namespace delayd::http {
 
 using nlohmann::json;
+
+void TakeTraceContext(const Request& req, engine::JobSpec* spec) {
+  if (req.traceparent.empty()) return;
+  std::optional<TraceParent> tp = ParseTraceparent(req.traceparent);
+  if (!tp) return;
+  spec->traceparent = FormatTraceparent(*tp);
+  spec->tracestate = ParseTracestate(req.tracestate).value_or("");
+}
 
 Result<json> ParseBody(const Request& req, bool required) {
   if (req.body.empty()) {

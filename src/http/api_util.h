@@ -22,6 +22,11 @@ using Query = std::vector<std::pair<std::string, std::string>>;
 std::vector<std::string_view> Split(std::string_view s, char sep);
 // The request body as JSON; an empty body is an error when `required`, else {}.
 Result<nlohmann::json> ParseBody(const Request& req, bool required);
+// The request's W3C trace context (traceparent and tracestate headers, or
+// gRPC metadata) into `spec`, by common/trace_context.h's rules: a
+// traceparent that breaks them is ignored with its tracestate, as the spec
+// says a receiver does; nothing is refused for it.
+void TakeTraceContext(const Request& req, engine::JobSpec* spec);
 std::optional<std::string> QueryValue(const Query& q, std::string_view name);
 // The integer parameter `name` within [lo, hi], or `dflt` when absent.
 Result<int64_t> QueryInt(const Query& q, const char* name, int64_t lo, int64_t hi, int64_t dflt);

@@ -42,11 +42,13 @@ void Api::SubmitJobs(Call& c) {
       auto n = ParseNewJob((*body)[i], texts.at(i), "[" + std::to_string(i) + "]", options_.limits,
                            now_ms);
       if (!n.ok()) return c.reply(ProblemResponse(n.status()));
+      TakeTraceContext(c.req, &n->spec);
       jobs.push_back(std::move(*n));
     }
   } else {
     auto n = ParseNewJob(*body, c.req.body, "", options_.limits, now_ms);
     if (!n.ok()) return c.reply(ProblemResponse(n.status()));
+    TakeTraceContext(c.req, &n->spec);
     jobs.push_back(std::move(*n));
   }
   engine_.Submit(
@@ -173,7 +175,8 @@ void Api::Attempts(Call& c) {
                      {"duration_ms", a.duration_ms},
                      {"outcome", engine::OutcomeName(a.outcome)},
                      {"http_status", a.http_status != 0 ? json(a.http_status) : json(nullptr)},
-                     {"error", a.error.empty() ? json(nullptr) : json(a.error)}});
+                     {"error", a.error.empty() ? json(nullptr) : json(a.error)},
+                     {"parent_id", a.parent_id.empty() ? json(nullptr) : json(a.parent_id)}});
     }
     reply(JsonResponse(200, {{"job_id", id}, {"attempts", std::move(out)}}));
   });

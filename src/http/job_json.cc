@@ -245,6 +245,14 @@ void WriteBody(JsonWriter& w, const std::string& body, engine::BodyEncoding enco
   }
 }
 
+void WriteTraceContext(JsonWriter& w, const engine::JobSpec* spec) {
+  const bool traced = spec != nullptr && !spec->traceparent.empty();
+  w.Key("traceparent");
+  traced ? w.String(spec->traceparent) : w.Null();
+  w.Key("tracestate");
+  traced && !spec->tracestate.empty() ? w.String(spec->tracestate) : w.Null();
+}
+
 void WriteJobFields(JsonWriter& w, const engine::JobInfo& info) {
   const store::JobRecord& r = info.record;
   const engine::JobSpec* spec = info.spec.get();
@@ -274,6 +282,7 @@ void WriteJobFields(JsonWriter& w, const engine::JobInfo& info) {
   spec && spec->target ? w.String(KindName(KindOfUrl(spec->target->url))) : w.Null();
   w.Key("retry");
   spec && spec->retry ? engine::WriteJson(w, *spec->retry) : w.Null();
+  WriteTraceContext(w, spec);
   w.Key("last_error");
   r.last_error.empty() ? w.Null() : w.String(r.last_error);
   WriteBody(w, r.body, spec ? spec->encoding : BodyEncoding::kRaw);

@@ -41,6 +41,9 @@ Result<uint32_t> ParsePriority(const nlohmann::json& v, const std::string& field
 // A job as it reads back. WriteJobFields writes its members into an object
 // the caller has opened, so a reply can add its own (`duplicate`).
 void WriteJobFields(JsonWriter& w, const engine::JobInfo& info);
+// The members "traceparent" and "tracestate" of a job or a timer's
+// template: the submitter's trace context, null when none.
+void WriteTraceContext(JsonWriter& w, const engine::JobSpec* spec);
 // `body` or `body_base64`, as the body was given.
 void WriteBody(JsonWriter& w, const std::string& body, engine::BodyEncoding encoding);
 std::string RenderJob(const engine::JobInfo& info);

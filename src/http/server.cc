@@ -229,6 +229,13 @@ struct Server::Impl {
         req.content_type = std::string(msg[bhttp::field::content_type]);
         req.host = std::string(msg[bhttp::field::host]);
         req.origin = std::string(msg[bhttp::field::origin]);
+        for (auto [name, out] : {std::pair{"traceparent", &req.traceparent},
+                                 std::pair{"tracestate", &req.tracestate}}) {
+          for (auto [it, end] = msg.equal_range(name); it != end; ++it) {
+            if (!out->empty()) *out += ',';
+            out->append(it->value().data(), it->value().size());
+          }
+        }
         req.local_loopback = local_loopback;
         req.body = std::move(msg.body());
         stream.expires_never();

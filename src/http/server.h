@@ -30,8 +30,13 @@ struct Request {
   std::string query;   // after '?', raw
   std::string authorization;
   std::string content_type;
-  std::string host;             // the Host header ("" when absent)
-  std::string origin;           // the Origin header ("" when absent)
+  std::string host;    // the Host header ("" when absent)
+  std::string origin;  // the Origin header ("" when absent)
+  // W3C trace context headers as sent (common/trace_context.h); several
+  // headers of one name are joined with ',' (which makes two traceparents
+  // invalid, as the spec says they are).
+  std::string traceparent;
+  std::string tracestate;
   bool local_loopback = false;  // the connection reached a loopback address of this host
   std::string body;
   std::shared_ptr<Hangup> hangup = std::make_shared<Hangup>();

@@ -145,6 +145,7 @@ std::string RenderTimer(const TimerInfo& t) {
   s.job.spec.target ? engine::WriteJson(w, *s.job.spec.target) : w.Null();
   w.Key("retry");
   s.job.spec.retry ? engine::WriteJson(w, *s.job.spec.retry) : w.Null();
+  WriteTraceContext(w, &s.job.spec);
   w.EndObject();
   WriteTime(w, "next_fire_at", t.record.next_fire_ms);
   WriteTime(w, "last_fire_at", t.record.last_fire_ms);
@@ -177,6 +178,7 @@ void Api::CreateTimer(Call& c) {
   Status s =
       ApplyTimerJson(*body, c.req.body, true, options_.limits, clock_.WallMillis(), name, spec);
   if (!s.ok()) return c.reply(ProblemResponse(s));
+  TakeTraceContext(c.req, &spec.job.spec);  // each fire's job carries it
   timers_->Create(std::move(name), std::move(spec),
                   [this, reply = std::move(c.reply)](Result<TimerInfo> r) {
                     ReplyTimer(reply, std::move(r), 201);
@@ -218,13 +220,22 @@ void Api::PatchTimer(Call& c) {
   if (!id.ok()) return c.reply(ProblemResponse(id.status()));
   auto body = ParseBody(c.req, true);
   if (!body.ok()) return c.reply(ProblemResponse(body.status()));
+  Request trace;  // the update's trace context, if it has one
+  trace.traceparent = std::move(c.req.traceparent);
+  trace.tracestate = std::move(c.req.tracestate);
   timers_->Get(*id, [this, id = *id, body = std::move(*body), text = c.req.body,
+                     trace = std::move(trace),
                      reply = std::move(c.reply)](Result<TimerInfo> current) {
     if (!current.ok()) return reply(ProblemResponse(current.status()));
     std::string name = current->record.name;
     TimerSpec spec = current->spec;
     Status s = ApplyTimerJson(body, text, false, options_.limits, clock_.WallMillis(), name, spec);
     if (!s.ok()) return reply(ProblemResponse(s));
+    // A new template keeps the timer's trace context; an update that
+    // brings one replaces it.
+    spec.job.spec.traceparent = current->spec.job.spec.traceparent;
+    spec.job.spec.tracestate = current->spec.job.spec.tracestate;
+    TakeTraceContext(trace, &spec.job.spec);
     timers_->Replace(id, std::move(name), std::move(spec),
                      [this, reply](Result<TimerInfo> r) { ReplyTimer(reply, std::move(r)); });
   });

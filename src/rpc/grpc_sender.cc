@@ -277,6 +277,8 @@ void GrpcSender::StartCall(Target& t, OutRequest req, Callback done) {
     d.set_timer_id(req.job.timer_id);
     SetTime(d.mutable_fire_at(), req.job.fire_ms);
   }
+  d.set_traceparent(req.job.traceparent);
+  d.set_tracestate(req.job.tracestate);
   d.set_body(std::move(req.body));
   d.set_body_is_json(req.job.body_is_json);
   ++t.calls;

@@ -130,6 +130,9 @@ struct Listener::Impl {
   void Complete(const std::shared_ptr<PendingCall>& pc, const grpc::Status& s);
   static http::Request RequestOf(const std::string& authorization, HttpCall call);
   static std::string AuthorizationOf(const grpc::CallbackServerContext* ctx);
+  // A unary call's request: its token and its W3C trace context metadata
+  // (several values of one key joined with ',', as HTTP joins headers).
+  static http::Request UnaryRequestOf(const grpc::CallbackServerContext* ctx, HttpCall call);
 
   boost::asio::io_context& io;
   http::Handler& api;
@@ -146,6 +149,20 @@ std::string Listener::Impl::AuthorizationOf(const grpc::CallbackServerContext* c
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
   return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+http::Request Listener::Impl::UnaryRequestOf(const grpc::CallbackServerContext* ctx,
+                                             HttpCall call) {
+  http::Request req = RequestOf(AuthorizationOf(ctx), std::move(call));
+  const auto& md = ctx->client_metadata();
+  for (auto [key, out] :
+       {std::pair{"traceparent", &req.traceparent}, std::pair{"tracestate", &req.tracestate}}) {
+    for (auto [it, end] = md.equal_range(key); it != end; ++it) {
+      if (!out->empty()) *out += ',';
+      out->append(it->second.data(), it->second.size());
+    }
+  }
+  return req;
 }
 
 http::Request Listener::Impl::RequestOf(const std::string& authorization, HttpCall call) {
@@ -182,7 +199,7 @@ grpc::ServerUnaryReactor* Listener::Impl::Unary(grpc::CallbackServerContext* ctx
   }
   boost::asio::post(
       io, [this, pc, ctx, out, fill = std::move(fill), field_prefix = std::move(field_prefix),
-           req = RequestOf(AuthorizationOf(ctx), std::move(*call))]() mutable {
+           req = UnaryRequestOf(ctx, std::move(*call))]() mutable {
         // gRPC marks a call cancelled when its deadline timer fires, which may
         // be after the deadline: both are looked at.
         if (ctx->deadline() <= std::chrono::system_clock::now()) {

@@ -45,8 +45,8 @@ async function startDelayd(extra = [], token = '') {
   proc.stderr.on('data', d => { log += d; });
   const port = await waitFor('delayd to listen', () => (/http=127\.0\.0\.1:(\d+)/.exec(log) || [])[1]);
   const base = `http://127.0.0.1:${port}`;
-  const api = async (method, p, body) => {
-    const headers = { 'Content-Type': 'application/json' };
+  const api = async (method, p, body, extra = {}) => {
+    const headers = { 'Content-Type': 'application/json', ...extra };
     if (token) headers.Authorization = `Bearer ${token}`;
     const res = await fetch(base + p, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
     const text = await res.text();
@@ -62,7 +62,7 @@ const received = [];
 const receiver = http.createServer((req, res) => {
   req.resume();
   req.on('end', () => {
-    received.push({ path: req.url, key: req.headers['delayd-key'] || '' });
+    received.push({ path: req.url, key: req.headers['delayd-key'] || '', traceparent: req.headers.traceparent || '' });
     res.writeHead(req.url === '/gone' ? 410 : 200).end('ok');
   });
 });
@@ -167,6 +167,19 @@ try {
   await page.getByRole('button', { name: 'Retry' }).click();
   await waitFor('the retried job to be delivered again', () => received.filter(r => r.key === 'pay-7').length === before + 1);
   await waitFor('its second attempt recorded', async () => (await d.api('GET', `/v1/jobs/${pay.id}/attempts`)).json.attempts.length === 2);
+
+  // A job submitted with a W3C trace context: its page shows the trace id,
+  // and each attempt the parent id it sent (the receiver's span's parent).
+  const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const traced = (await d.api('POST', '/v1/topics/traced/jobs', { key: 'traced', target: { url: target('/ok') } },
+    { traceparent: `00-${traceId}-00f067aa0ba902b7-01`, tracestate: 'rojo=1' })).json;
+  await waitFor('the traced job to be done', async () => (await d.api('GET', `/v1/jobs/${traced.id}`)).json.state === 'done');
+  const sent = received.find(r => r.key === 'traced');
+  await page.goto(`${d.base}/#/jobs/${traced.id}`);
+  await heading(page, `Job ${traced.id}`);
+  await page.getByRole('row').filter({ hasText: 'trace id' }).filter({ hasText: traceId }).waitFor();
+  await page.getByRole('cell', { name: sent.traceparent.slice(36, 52) }).waitFor();
+  await shot(page, 'job-traced');
 
   // A search over the list, with its filters.
   await page.goto(`${d.base}/#/jobs?topic=orders&key_prefix=order-`);

@@ -88,6 +88,13 @@ def scenario_jobs():
     check(job.key == "order-8812" and job.topic == "orders", str(job))
     got = jobs.Get(jobs_pb2.JobId(id=job.id), metadata=md())
     check(got.body == ALL_BYTES and got.id == job.id, "get")
+    check(got.traceparent == "" and got.tracestate == "", "no trace context given, none kept")
+    # W3C trace context as metadata, as HTTP takes it as headers.
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    traced = jobs.Submit(jobs_pb2.SubmitRequest(topic="traced", body=b"t"),
+                         metadata=md() + [("traceparent", tp), ("tracestate", "rojo=1, congo=2")]).job
+    check(traced.traceparent == tp and traced.tracestate == "rojo=1,congo=2", f"trace context: {traced}")
+    check(jobs.Get(jobs_pb2.JobId(id=traced.id), metadata=md()).traceparent == tp, "kept with the job")
     check(jobs.GetByKey(jobs_pb2.GetByKeyRequest(topic="orders", key="order-8812"), metadata=md()).id == job.id,
           "get by key")
     again = submit("orders", b"other", key="order-8812")
@@ -261,7 +268,7 @@ def scenario_errors():
 
 
 def scenario_auth():
-    admin, reader = ARGS[0], ARGS[1]
+    admin, reader, writer = ARGS[0], ARGS[1], ARGS[2]
     refused(lambda: jobs.Get(jobs_pb2.JobId(id=1), metadata=md("")), grpc.StatusCode.UNAUTHENTICATED)
     refused(lambda: jobs.Get(jobs_pb2.JobId(id=1), metadata=md("wrong")), grpc.StatusCode.UNAUTHENTICATED)
     job = jobs.Submit(jobs_pb2.SubmitRequest(topic="auth", body=b"x"), metadata=md(admin)).job
@@ -272,6 +279,12 @@ def scenario_auth():
     refused(lambda: Worker(["auth"], 1, token=reader).next(), grpc.StatusCode.PERMISSION_DENIED)
     refused(lambda: Worker(["auth"], 1, token="").next(), grpc.StatusCode.UNAUTHENTICATED)
     check(Worker(["auth"], 1, token=admin).next().id == job.id, "the API token reserves")
+    # The write token submits and reserves, but a topic's pause is admin's.
+    written = jobs.Submit(jobs_pb2.SubmitRequest(topic="auth-w", body=b"w"), metadata=md(writer)).job
+    check(Worker(["auth-w"], 1, token=writer).next().id == written.id, "the write token reserves")
+    refused(lambda: topics.Pause(topics_pb2.TopicName(name="auth-w"), metadata=md(writer)),
+            grpc.StatusCode.PERMISSION_DENIED, contains="admin")
+    check(topics.Pause(topics_pb2.TopicName(name="auth-w"), metadata=md(admin)).settings.paused, "admin pauses")
 
 
 def scenario_health():

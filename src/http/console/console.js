@@ -374,7 +374,9 @@ async function jobPage(id, at = location.hash) {
       ['target', !j.target ? 'none (pull)'
         : j.target_kind === 'http' ? `${j.target.method || 'POST'} ${j.target.url}` : j.target.url],
       ['target kind', j.target_kind],
-      ['last error', j.last_error], ['timer', j.timer ? JSON.stringify(j.timer) : null]]),
+      ['last error', j.last_error], ['timer', j.timer ? JSON.stringify(j.timer) : null],
+      ['trace id', j.traceparent ? j.traceparent.slice(3, 35) : null],
+      ['tracestate', j.tracestate]]),
     h('h2', {}, 'Body'), h('pre', {}, j.body === undefined ? j.body_base64 || '' : JSON.stringify(j.body, null, 2)),
     h('h2', {}, 'Actions'),
     h('div', {class: 'actions'},
@@ -404,8 +406,9 @@ async function jobPage(id, at = location.hash) {
       h('label', {for: 'e-body'}, 'Body (JSON)'), bodyText,
       h('div', {class: 'actions'}, h('button', {type: 'submit', class: 'primary'}, 'Save changes'))),
     h('h2', {}, 'Attempts'),
-    table(['#', 'Started', 'Duration', 'Outcome', 'HTTP', 'Error'], attempts.attempts.map(a =>
-      [a.attempt, localTime(a.started_at), `${a.duration_ms} ms`, a.outcome, a.http_status || '-', a.error || '-']), [0]));
+    table(['#', 'Started', 'Duration', 'Outcome', 'HTTP', 'Error', 'Span (parent id sent)'], attempts.attempts.map(a =>
+      [a.attempt, localTime(a.started_at), `${a.duration_ms} ms`, a.outcome, a.http_status || '-', a.error || '-',
+       a.parent_id || '-']), [0]));
 }
 
 async function runBulk(request, out) {
