@@ -70,7 +70,8 @@ Server::Server(Config config)
       shutdown_timer_(io_),
       purge_timer_(io_),
       cluster_timer_(io_),
-      figures_timer_(io_) {
+      figures_timer_(io_),
+      notifier_(io_) {
   signals_.add(SIGHUP);  // settings files read again (Reload)
 }
 
@@ -341,6 +342,8 @@ Status Server::Start() {
   SchedulePurge();
   spdlog::info("delayd {} listening{} {}", kVersion, addresses,
                config_.store.empty() ? "data-dir=" + config_.data_dir : "store=postgres");
+  // Recovered and listening: a Type=notify unit's start is over.
+  notifier_.Ready("listening" + addresses);
   signals_.async_wait([this](boost::system::error_code ec, int signo) {
     if (!ec) OnSignal(signo);
   });
@@ -393,6 +396,7 @@ void Server::SchedulePurge() {
 void Server::OnSignal(int signo) {
   if (signo == SIGINT || signo == SIGTERM) {
     spdlog::info("signal {}: shutting down", signo);
+    notifier_.Stopping();
     return Shutdown();
   }
   if (signo == SIGUSR1) {
@@ -408,6 +412,12 @@ void Server::OnSignal(int signo) {
 }
 
 void Server::Reload() {
+  notifier_.Reloading();
+  ReadFilesAgain();
+  notifier_.Reloaded();
+}
+
+void Server::ReadFilesAgain() {
   // The files named at start, read again; a file that cannot be read keeps
   // what it gave as it was, and the others are still read.
   auto kafka = brokers::LoadKafkaProperties(config_.kafka_properties, &std::getenv);

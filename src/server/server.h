@@ -33,6 +33,7 @@
 #include "rpc/grpc_sender.h"
 #include "rpc/listener.h"
 #include "server/config.h"
+#include "server/service_notifier.h"
 #include "store/store.h"
 #include "timer/timer_service.h"
 
@@ -67,6 +68,7 @@ class Server {
   // never reads as no token (LoadTokens refuses that), so a reload cannot
   // open an API that needed tokens.
   void Reload();
+  void ReadFilesAgain();  // Reload's work
   void Shutdown();
   void WaitForQuiet(int attempts_left);
   void SchedulePurge();
@@ -130,6 +132,7 @@ class Server {
   boost::asio::steady_timer cluster_timer_;
   int64_t cluster_armed_us_ = -1;
   boost::asio::steady_timer figures_timer_;
+  ServiceNotifier notifier_;  // systemd: ready, reloading, stopping, watchdog
   bool stopping_ = false;
 };
 
