@@ -11,10 +11,12 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <map>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>  // before asio/awaitable.hpp: Boost 1.74 needs std::exchange
 
 namespace delayd::http {
@@ -160,36 +162,67 @@ struct Server::Impl {
     });
   }
 
+  // One connection: plain, or TLS with the context the server had when it
+  // was accepted (a SIGHUP's new certificate is for connections after it).
   asio::awaitable<void> Session(tcp::socket socket, std::string client) {
     boost::system::error_code ec;
     const bool local_loopback = socket.local_endpoint(ec).address().is_loopback();
-    beast::tcp_stream stream(std::move(socket));
-    Conn& conn = conns[&stream];
+    if (std::shared_ptr<asio::ssl::context> context = tls) {
+      beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *context);
+      co_await Serve(stream, client, local_loopback);
+      // close_notify, waiting at most a second for the client's.
+      beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(1));
+      co_await stream.async_shutdown(asio::redirect_error(asio::use_awaitable, ec));
+    } else {
+      beast::tcp_stream stream(std::move(socket));
+      co_await Serve(stream, client, local_loopback);
+    }
+  }
+
+  // Requests and replies on `stream` until either side ends the connection.
+  template <typename Stream>
+  asio::awaitable<void> Serve(Stream& stream, const std::string& client, bool local_loopback) {
+    constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+    beast::tcp_stream& tcp = beast::get_lowest_layer(stream);
+    boost::system::error_code ec;
+    Conn& conn = conns[&tcp];
     conn.client = client;
     conn.seq = ++accepted;
     ++per_client_count[client];
     beast::flat_buffer buffer;
-    for (;;) {
+    if constexpr (kTls) {
+      // Idle (so it may make room for another) until its handshake is over,
+      // which must end within the headers' deadline. A client that does not
+      // speak TLS (plain HTTP) fails it and is closed without an answer.
+      SetIdle(&tcp, conn, true);
+      tcp.expires_after(std::chrono::milliseconds(options.header_timeout_ms));
+      co_await stream.async_handshake(asio::ssl::stream_base::server,
+                                      asio::redirect_error(asio::use_awaitable, ec));
+      if (ec && !conn.evicted) {
+        spdlog::debug("http: TLS handshake with {}: {}", client, ec.message());
+      }
+    }
+    for (; !ec && !conn.evicted;) {
       bhttp::request_parser<bhttp::string_body> parser;
       parser.body_limit(options.max_body_bytes);
       parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
       // Idle until the request's first byte (one may be buffered already:
       // a pipelined request), then the headers within their own deadline.
-      SetIdle(&stream, conn, true);
+      SetIdle(&tcp, conn, true);
       if (buffer.size() == 0) {
-        stream.expires_after(std::chrono::milliseconds(options.idle_timeout_ms));
+        tcp.expires_after(std::chrono::milliseconds(options.idle_timeout_ms));
         const size_t n = co_await stream.async_read_some(
             buffer.prepare(4096), asio::redirect_error(asio::use_awaitable, ec));
         buffer.commit(n);
       }
       if (ec || conn.evicted) break;
-      stream.expires_after(std::chrono::milliseconds(options.header_timeout_ms));
+      tcp.expires_after(std::chrono::milliseconds(options.header_timeout_ms));
       co_await bhttp::async_read_header(stream, buffer, parser,
                                         asio::redirect_error(asio::use_awaitable, ec));
       // Only a connection that has sent a whole request's headers is busy:
       // until then, it may be closed to make room (MakeRoom).
       if (conn.evicted) break;
-      SetIdle(&stream, conn, false);
+      SetIdle(&tcp, conn, false);
       if (!ec && !parser.is_done() && parser.get().version() >= 11 &&
           beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
         // The client waits for this interim reply before it sends the body
@@ -198,7 +231,7 @@ struct Server::Impl {
         co_await bhttp::async_write(stream, go_on, asio::redirect_error(asio::use_awaitable, ec));
       }
       if (!ec && !parser.is_done()) {
-        stream.expires_after(std::chrono::milliseconds(options.body_timeout_ms));
+        tcp.expires_after(std::chrono::milliseconds(options.body_timeout_ms));
         co_await bhttp::async_read(stream, buffer, parser,
                                    asio::redirect_error(asio::use_awaitable, ec));
       }
@@ -238,12 +271,12 @@ struct Server::Impl {
         }
         req.local_loopback = local_loopback;
         req.body = std::move(msg.body());
-        stream.expires_never();
+        tcp.expires_never();
         auto replied = std::make_shared<bool>(false);
-        WatchForHangup(stream.socket(), req.hangup, replied);
+        WatchForHangup(tcp.socket(), req.hangup, replied);
         res = co_await AsyncHandle(handler, std::move(req), asio::use_awaitable);
         *replied = true;
-        stream.socket().cancel(ec);  // the hang-up watch
+        tcp.socket().cancel(ec);  // the hang-up watch
       }
       bhttp::response<bhttp::string_body> out;
       out.version(version);
@@ -256,25 +289,26 @@ struct Server::Impl {
       out.body() = std::move(res.body);
       out.keep_alive(keep_alive && !closing);
       out.prepare_payload();
-      stream.expires_after(std::chrono::seconds(30));
+      tcp.expires_after(std::chrono::seconds(30));
       co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
       if (ec || !keep_alive || closing) break;
     }
-    SetIdle(&stream, conn, false);
+    SetIdle(&tcp, conn, false);
     if (conn.evicted) {
       --evicting;
     } else {
       --per_client_count[client];
     }
     if (per_client_count[client] == 0) per_client_count.erase(client);
-    conns.erase(&stream);
-    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    conns.erase(&tcp);
+    if constexpr (!kTls) tcp.socket().shutdown(tcp::socket::shutdown_send, ec);
   }
 
   asio::io_context& io;
   Handler& handler;
   ServerOptions options;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  std::shared_ptr<asio::ssl::context> tls;   // null: plain HTTP
   std::map<beast::tcp_stream*, Conn> conns;  // every open connection
   // The idle connections, oldest first: all, and by client address.
   using Aged = std::pair<uint64_t, beast::tcp_stream*>;
@@ -325,6 +359,36 @@ Result<std::string> Server::Listen(const std::string& address) {
   asio::co_spawn(impl_->io, impl_->Accept(*acceptor), asio::detached);
   impl_->acceptors.push_back(std::move(acceptor));
   return shown;
+}
+
+void Server::SetTls(std::shared_ptr<asio::ssl::context> context) {
+  impl_->tls = std::move(context);
+}
+
+Result<std::shared_ptr<asio::ssl::context>> MakeTlsContext(const TlsFiles& files) {
+  namespace ssl = asio::ssl;
+  auto context = std::make_shared<ssl::context>(ssl::context::tls_server);
+  context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                       ssl::context::single_dh_use);
+  SSL_CTX_set_min_proto_version(context->native_handle(), TLS1_2_VERSION);
+  boost::system::error_code ec;
+  context->use_certificate_chain_file(files.cert, ec);
+  if (ec) return Status::InvalidArgument("TLS certificate " + files.cert + ": " + ec.message());
+  context->use_private_key_file(files.key, ssl::context::pem, ec);
+  if (ec) return Status::InvalidArgument("TLS key " + files.key + ": " + ec.message());
+  if (SSL_CTX_check_private_key(context->native_handle()) != 1) {
+    return Status::InvalidArgument("TLS key " + files.key + " does not match the certificate " +
+                                   files.cert);
+  }
+  if (!files.client_ca.empty()) {
+    context->load_verify_file(files.client_ca, ec);
+    if (ec) {
+      return Status::InvalidArgument("TLS client CA " + files.client_ca + ": " + ec.message());
+    }
+    context->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  }
+  return context;
 }
 
 void Server::StopAccepting() {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <functional>
 #include <memory>
 #include <string>
@@ -76,11 +77,29 @@ struct ServerOptions {
   size_t max_connections_per_client = 1'000;  // per client IP address
 };
 
+// The files of a TLS listener, PEM: its certificate chain and key, and the
+// CA whose certificates clients must present (empty: none asked for).
+struct TlsFiles {
+  std::string cert;
+  std::string key;
+  std::string client_ca;
+};
+
+// A server TLS context of `files`: TLS 1.2 and newer, the key checked
+// against the certificate; with a client CA, a client without a
+// certificate that CA signed fails the handshake. Errors name the file.
+Result<std::shared_ptr<boost::asio::ssl::context>> MakeTlsContext(const TlsFiles& files);
+
 class Server {
  public:
   // `handler` must outlive the server.
   Server(boost::asio::io_context& io, Handler& handler, ServerOptions options);
   ~Server();
+
+  // Serves TLS with `context` on connections accepted from now on (null:
+  // plain HTTP); open connections keep the context they began with, so a
+  // new certificate (SIGHUP) drops none of them. Before Listen, or any time.
+  void SetTls(std::shared_ptr<boost::asio::ssl::context> context);
 
   // Binds "HOST:PORT" (port 0 picks one) and starts accepting; returns the
   // bound address.

@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <deque>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <tuple>
 #include <unordered_set>
 
@@ -668,9 +670,35 @@ Result<std::string> Listener::Listen(const std::string& address) {
   impl_->jobs = std::make_unique<JobsService>(*impl_);
   impl_->topics = std::make_unique<TopicsService>(*impl_);
   impl_->timers = std::make_unique<TimersService>(*impl_);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (const http::TlsFiles& tls = impl_->options.tls; !tls.cert.empty()) {
+    auto read = [](const std::string& path, const char* what) -> Result<std::string> {
+      std::ifstream in(path, std::ios::binary);
+      std::stringstream text;
+      if (!(in && text << in.rdbuf())) {
+        return Status::InvalidArgument(std::string("gRPC TLS: cannot read the ") + what + " " +
+                                       path);
+      }
+      return text.str();
+    };
+    grpc::SslServerCredentialsOptions ssl(
+        tls.client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    auto cert = read(tls.cert, "certificate");
+    if (!cert.ok()) return cert.status();
+    auto key = read(tls.key, "key");
+    if (!key.ok()) return key.status();
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    if (!tls.client_ca.empty()) {
+      auto ca = read(tls.client_ca, "client CA");
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = *ca;
+    }
+    credentials = grpc::SslServerCredentials(ssl);
+  }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(addr, credentials, &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<size_t>(impl_->options.max_message_bytes, std::numeric_limits<int>::max())));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,

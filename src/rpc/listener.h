@@ -24,6 +24,9 @@ struct ListenerOptions {
   int max_streams_per_connection = 100;
   int64_t max_reserve_wait_ms = 60'000;  // a Reserve stream's long polls wait at most this long
   uint32_t max_credit = 1000;            // jobs a Reserve stream may be owed at once
+  // TLS (a cert and key; a client CA: every client must present a
+  // certificate it signed). Read once, at Listen.
+  http::TlsFiles tls = {};
 };
 
 class Listener {

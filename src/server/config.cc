@@ -52,6 +52,9 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "api-read-token",
                                                "api-read-token-file",
                                                "api-tokens-file",
+                                               "tls-cert",
+                                               "tls-key",
+                                               "tls-client-ca",
                                                "http-allow-origin",
                                                "http-allowed-hosts",
                                                "metrics-topics",
@@ -149,7 +152,10 @@ Status LoadToml(const std::string& path, Config& config) {
                           {"api-write-token-file", &config.api_write_token_file},
                           {"api-read-token", &config.api_read_token},
                           {"api-read-token-file", &config.api_read_token_file},
-                          {"api-tokens-file", &config.api_tokens_file}}) {
+                          {"api-tokens-file", &config.api_tokens_file},
+                          {"tls-cert", &config.tls_cert},
+                          {"tls-key", &config.tls_key},
+                          {"tls-client-ca", &config.tls_client_ca}}) {
     if (auto n = t[key]; n) {
       if (!n.is_string()) return type_error(key, "a string");
       *out = *n.value<std::string>();
@@ -269,6 +275,14 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--api-tokens-file", c.api_tokens_file,
                  "Any number of tokens, one \"SCOPE TOKEN\" a line (SCOPE admin, write or read; "
                  "'#' starts a comment line); re-read on SIGHUP");
+  app.add_option("--tls-cert", c.tls_cert,
+                 "Serve the HTTP API, the console and the gRPC API over TLS (1.2 and newer) with "
+                 "this PEM certificate chain; with --tls-key. Re-read on SIGHUP (HTTP; gRPC at "
+                 "restart); plain HTTP on the port gets its connection closed");
+  app.add_option("--tls-key", c.tls_key, "The PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", c.tls_client_ca,
+                 "Ask every HTTP and gRPC client for a certificate signed by this PEM CA (mTLS); "
+                 "one without is refused at the handshake");
   app.add_option("--http-allow-origin", c.http_allow_origin,
                  "Web pages of this origin (https://ops.example.com) may call the API; "
                  "repeatable. Requests from any other page's origin are refused (default: none "
@@ -390,6 +404,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--api-read-token")) c.api_read_token = file.api_read_token;
     if (!given("--api-read-token-file")) c.api_read_token_file = file.api_read_token_file;
     if (!given("--api-tokens-file")) c.api_tokens_file = file.api_tokens_file;
+    if (!given("--tls-cert")) c.tls_cert = file.tls_cert;
+    if (!given("--tls-key")) c.tls_key = file.tls_key;
+    if (!given("--tls-client-ca")) c.tls_client_ca = file.tls_client_ca;
     if (!given("--http-allow-origin")) c.http_allow_origin = file.http_allow_origin;
     if (!given("--http-allowed-hosts")) c.http_allowed_hosts = file.http_allowed_hosts;
     if (!given("--metrics-topics")) c.metrics_topics = file.metrics_topics;
@@ -435,6 +452,13 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   }
   if (c.cluster && c.store.empty()) {
     std::cerr << "delayd: --cluster needs --store (a PostgreSQL the nodes share)\n";
+    out.exit = true;
+    out.exit_code = 2;
+    return out;
+  }
+  if (c.tls_cert.empty() != c.tls_key.empty() || (!c.tls_client_ca.empty() && c.tls_cert.empty())) {
+    std::cerr << "delayd: TLS needs --tls-cert and --tls-key together (and --tls-client-ca "
+                 "only with them)\n";
     out.exit = true;
     out.exit_code = 2;
     return out;

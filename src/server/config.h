@@ -44,6 +44,12 @@ struct Config {
   std::string api_read_token;
   std::string api_read_token_file;
   std::string api_tokens_file;
+  // TLS on the HTTP and gRPC listeners (PEM files; empty: plain). The HTTP
+  // listener reads them again on SIGHUP; a client CA asks every client for
+  // a certificate it signed (mTLS).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
   // Pages of these origins may call the API besides its own (CSRF defence).
   std::vector<std::string> http_allow_origin;
   // Host names a loopback HTTP listener answers besides loopback ones (DNS

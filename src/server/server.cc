@@ -321,16 +321,22 @@ Status Server::Start() {
     so.max_body_bytes = config_.max_request_bytes;
     so.max_connections = config_.max_connections;
     http_server_ = std::make_unique<http::Server>(io_, *api_, so);
+    if (!config_.tls_cert.empty()) {
+      auto tls = http::MakeTlsContext(tls_files());
+      if (!tls.ok()) return tls.status();
+      http_server_->SetTls(std::move(*tls));
+    }
     auto bound = http_server_->Listen(config_.http);
     if (!bound.ok()) return bound.status();
-    addresses += " http=" + bound.value();
+    addresses += " http=" + bound.value() + (config_.tls_cert.empty() ? "" : " (TLS)");
     http_address = bound.value();
   }
   if (config_.grpc != "off") {
     grpc_listener_ = std::make_unique<rpc::Listener>(
         io_, *api_,
         rpc::ListenerOptions{.max_message_bytes = config_.max_request_bytes,
-                             .max_reserve_wait_ms = http::ApiOptions{}.max_reserve_wait_ms});
+                             .max_reserve_wait_ms = http::ApiOptions{}.max_reserve_wait_ms,
+                             .tls = tls_files()});
     auto bound = grpc_listener_->Listen(config_.grpc);
     if (!bound.ok()) return bound.status();
     addresses += " grpc=" + bound.value();
@@ -426,6 +432,17 @@ void Server::ReadFilesAgain() {
   } else {
     kafka_sender_->SetProperties(*kafka);
     spdlog::info("SIGHUP: re-read {} Kafka properties file(s)", kafka->size());
+  }
+  if (http_server_ && !config_.tls_cert.empty()) {
+    // Connections open now (a long poll among them) keep the certificate
+    // they began with; new ones get the new one.
+    auto tls = http::MakeTlsContext(tls_files());
+    if (!tls.ok()) {
+      spdlog::error("SIGHUP: kept the TLS certificate in use: {}", tls.status().message());
+    } else {
+      http_server_->SetTls(std::move(*tls));
+      spdlog::info("SIGHUP: re-read the TLS certificate {}", config_.tls_cert);
+    }
   }
   if (api_ == nullptr) return;
   auto tokens = LoadTokens(config_, &std::getenv);

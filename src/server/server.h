@@ -69,6 +69,9 @@ class Server {
   // open an API that needed tokens.
   void Reload();
   void ReadFilesAgain();  // Reload's work
+  http::TlsFiles tls_files() const {
+    return {config_.tls_cert, config_.tls_key, config_.tls_client_ca};
+  }
   void Shutdown();
   void WaitForQuiet(int attempts_left);
   void SchedulePurge();

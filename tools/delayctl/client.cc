@@ -37,8 +37,11 @@ std::string NotDelayd(const Reply& r, std::string type, const std::string& serve
 
 }  // namespace
 
-Client::Client(std::string server, std::string token, long timeout_ms)
-    : server_(std::move(server)), token_(std::move(token)), timeout_ms_(timeout_ms) {
+Client::Client(std::string server, std::string token, long timeout_ms, ClientTls tls)
+    : server_(std::move(server)),
+      token_(std::move(token)),
+      timeout_ms_(timeout_ms),
+      tls_(std::move(tls)) {
   while (!server_.empty() && server_.back() == '/') server_.pop_back();
 }
 
@@ -70,6 +73,9 @@ Reply Client::Call(const std::string& method, const std::string& path,
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms_);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, std::min(timeout_ms_, 5000L));
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  if (!tls_.cacert.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, tls_.cacert.c_str());
+  if (!tls_.cert.empty()) curl_easy_setopt(curl, CURLOPT_SSLCERT, tls_.cert.c_str());
+  if (!tls_.key.empty()) curl_easy_setopt(curl, CURLOPT_SSLKEY, tls_.key.c_str());
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, err);
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
   CURLcode rc = curl_easy_perform(curl);

@@ -19,10 +19,18 @@ struct Reply {
   nlohmann::json json() const { return nlohmann::json::parse(body, nullptr, false); }
 };
 
+// PEM files for an https:// server: the CA to trust instead of the
+// system's, and a client certificate and key for a server that asks (mTLS).
+struct ClientTls {
+  std::string cacert;
+  std::string cert;
+  std::string key;
+};
+
 class Client {
  public:
   // `server`: "http://127.0.0.1:8080"; `token` empty: none.
-  Client(std::string server, std::string token, long timeout_ms);
+  Client(std::string server, std::string token, long timeout_ms, ClientTls tls = {});
   Reply Call(const std::string& method, const std::string& path,
              const std::string& body = "") const;
 
@@ -30,6 +38,7 @@ class Client {
   std::string server_;
   std::string token_;
   long timeout_ms_;
+  ClientTls tls_;
 };
 
 // "a b/c" -> "a%20b%2Fc": a path segment or query value.

@@ -16,8 +16,9 @@ struct Globals {
   std::string token;
   std::string output = "table";
   long timeout_ms = 30'000;
+  ClientTls tls;
   int rc = kOk;  // the exit code, set by the command that ran
-  Ctx Make() const { return Ctx{Client(server, token, timeout_ms), output == "json"}; }
+  Ctx Make() const { return Ctx{Client(server, token, timeout_ms, tls), output == "json"}; }
 };
 
 void AddJobCommands(CLI::App& app, Globals& g);

@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
   app.add_option("--server", g.server,
                  "The server's HTTP address (default $DELAYD_SERVER or http://127.0.0.1:8080)");
   app.add_option("--token", g.token, "The API token; better from the environment: DELAYD_TOKEN");
+  app.add_option("--cacert", g.tls.cacert,
+                 "For an https:// server: trust this PEM CA (default: the system's)");
+  app.add_option("--cert", g.tls.cert,
+                 "For a server that asks for client certificates: this PEM certificate");
+  app.add_option("--key", g.tls.key, "The PEM key of --cert");
   app.add_option("--output,-o", g.output, "table or json (the server's JSON as sent)")
       ->check(CLI::IsMember({"table", "json"}));
   app.add_option("--timeout-ms", g.timeout_ms, "Per request (default 30000)")
