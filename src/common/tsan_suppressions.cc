@@ -8,6 +8,10 @@
 // with those libraries' threads go through mutexes TSan sees; the price is
 // that a race of ours with one of their frames on its stack is hidden too.
 // (brokers/c11_threads_tsan.h makes librdkafka's threads known to TSan.)
+// Debian's OpenSSL is not built for TSan either: gRPC's TLS listener
+// (--tls-cert with --grpc) builds its SSL_CTX on the loop thread and uses it
+// from its own threads after a hand-off through abseil's mutex, which TSan
+// reports as races inside libssl and libcrypto (SSL_new, OPENSSL_sk_dup).
 #if defined(__SANITIZE_THREAD__)
 extern "C" const char* __tsan_default_suppressions() {
   return "race:libgrpc.so\n"
@@ -17,6 +21,8 @@ extern "C" const char* __tsan_default_suppressions() {
          "race:libprotobuf.so\n"
          "race:libupb.so\n"
          "race:librdkafka.so\n"
+         "race:libssl.so.3\n"
+         "race:libcrypto.so.3\n"
          "called_from_lib:libgrpc.so\n"
          "called_from_lib:libgrpc++.so\n"
          "called_from_lib:libgpr.so\n"
