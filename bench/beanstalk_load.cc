@@ -9,6 +9,7 @@
 //   beanstalk_load put      --port P [--conns 4] [--jobs N] [--pipeline 100] [--size 64]
 //                           [--delay-min S] [--delay-max S]
 //   beanstalk_load drain    --port P [--conns 4] [--jobs N] [--pipeline 100]
+//   beanstalk_load bury     --port P [--conns 4] [--jobs N] [--pipeline 100]
 //   beanstalk_load lateness --port P [--jobs 100000] [--spread 10] [--consumers 4]
 //                           [--pid PID[,PID...]] [--serial 1]
 //   beanstalk_load rss      --pid PID
@@ -168,9 +169,17 @@ long RssKib(int64_t pid) {
   return -1;
 }
 
+// The p-th quantile of sorted `v`, 0 when empty.
+double Quantile(const std::vector<double>& v, double p) {
+  if (v.empty()) return 0.0;
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
 // Runs `batch(conn, n, failures)` on `conns` connections in parallel until
 // `jobs` jobs are done, `pipeline` at a time per call; `batch` returns how
-// many of its n succeeded. Prints "<name> jobs= seconds= rate= failures=".
+// many of its n succeeded. Prints "<name> jobs= seconds= rate= failures="
+// and the round trip of a call (send to last reply: with --pipeline 1, one
+// command's latency) as p50_ms= p99_ms= max_ms=.
 template <typename Batch>
 int OnConnections(const char* name, const std::map<std::string, std::string>& f,
                   int64_t default_jobs, Batch batch) {
@@ -180,6 +189,7 @@ int OnConnections(const char* name, const std::map<std::string, std::string>& f,
   const int pipeline = static_cast<int>(Get(f, "pipeline", 100));
   std::atomic<int64_t> done{0};
   std::atomic<int> failures{0};
+  std::vector<std::vector<double>> trip_ms(static_cast<size_t>(conns));
   auto start = Clock::now();
   std::vector<std::thread> threads;
   for (int c = 0; c < conns; ++c) {
@@ -187,9 +197,12 @@ int OnConnections(const char* name, const std::map<std::string, std::string>& f,
       try {
         Conn conn(ports[static_cast<size_t>(c) % ports.size()]);
         std::mt19937_64 rng(static_cast<uint64_t>(c) + 1);
+        std::vector<double>& trips = trip_ms[static_cast<size_t>(c)];
         for (int64_t mine = jobs / conns + (c < jobs % conns ? 1 : 0); mine > 0;) {
           const int n = static_cast<int>(std::min<int64_t>(pipeline, mine));
+          const auto sent = Clock::now();
           done += batch(conn, n, rng, failures);
+          trips.push_back(std::chrono::duration<double, std::milli>(Clock::now() - sent).count());
           mine -= n;
         }
       } catch (const std::exception& e) {
@@ -200,9 +213,14 @@ int OnConnections(const char* name, const std::map<std::string, std::string>& f,
   }
   for (auto& t : threads) t.join();
   double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("%s jobs=%lld seconds=%.3f rate=%.0f failures=%d\n", name,
-              static_cast<long long>(done.load()), secs, static_cast<double>(done.load()) / secs,
-              failures.load());
+  std::vector<double> trips;
+  for (const auto& t : trip_ms) trips.insert(trips.end(), t.begin(), t.end());
+  std::sort(trips.begin(), trips.end());
+  std::printf(
+      "%s jobs=%lld seconds=%.3f rate=%.0f failures=%d p50_ms=%.3f p99_ms=%.3f max_ms=%.3f\n", name,
+      static_cast<long long>(done.load()), secs, static_cast<double>(done.load()) / secs,
+      failures.load(), Quantile(trips, 0.50), Quantile(trips, 0.99),
+      trips.empty() ? 0.0 : trips.back());
   return failures ? 1 : 0;
 }
 
@@ -235,35 +253,37 @@ int Put(const std::map<std::string, std::string>& f) {
       });
 }
 
-// Reserves and deletes ready jobs: n reserves, then their n deletes.
-int Drain(const std::map<std::string, std::string>& f) {
-  return OnConnections("drain", f, 100'000,
-                       [](Conn& conn, int n, std::mt19937_64&, std::atomic<int>& failures) {
-                         std::string reserves;
-                         for (int i = 0; i < n; ++i) reserves += "reserve-with-timeout 5\r\n";
-                         conn.Send(reserves);
-                         std::string deletes;
-                         int got = 0;
-                         for (int i = 0; i < n; ++i) {
-                           std::string r = conn.Reply();
-                           if (r.rfind("RESERVED ", 0) != 0) {
-                             ++failures;
-                             continue;
-                           }
-                           deletes += "delete " + r.substr(9, r.find(' ', 9) - 9) + "\r\n";
-                           ++got;
-                         }
-                         conn.Send(deletes);
-                         int ok = 0;
-                         for (int i = 0; i < got; ++i) {
-                           if (conn.Reply() == "DELETED") {
-                             ++ok;
-                           } else {
-                             ++failures;
-                           }
-                         }
-                         return ok;
-                       });
+// Reserves ready jobs and ends each with `verb`: n reserves, then their n
+// "<verb> ID<suffix>" commands, each to be answered `answer`.
+int ReserveThen(const char* name, const std::map<std::string, std::string>& f, const char* verb,
+                const char* suffix, const char* answer) {
+  return OnConnections(
+      name, f, 100'000, [&](Conn& conn, int n, std::mt19937_64&, std::atomic<int>& failures) {
+        std::string reserves;
+        for (int i = 0; i < n; ++i) reserves += "reserve-with-timeout 5\r\n";
+        conn.Send(reserves);
+        std::string ends;
+        int got = 0;
+        for (int i = 0; i < n; ++i) {
+          std::string r = conn.Reply();
+          if (r.rfind("RESERVED ", 0) != 0) {
+            ++failures;
+            continue;
+          }
+          ends += std::string(verb) + " " + r.substr(9, r.find(' ', 9) - 9) + suffix + "\r\n";
+          ++got;
+        }
+        conn.Send(ends);
+        int ok = 0;
+        for (int i = 0; i < got; ++i) {
+          if (conn.Reply() == answer) {
+            ++ok;
+          } else {
+            ++failures;
+          }
+        }
+        return ok;
+      });
 }
 
 // Puts `jobs` jobs with delays of 1..spread seconds (each body names its due
@@ -370,10 +390,7 @@ int Lateness(const std::map<std::string, std::string>& f) {
   const double cpu = ServersCpuSeconds(f) - cpu_before;
   std::sort(late_ms.begin(), late_ms.end());
   std::sort(delete_ms.begin(), delete_ms.end());
-  auto pct = [](const std::vector<double>& v, double p) {
-    if (v.empty()) return 0.0;
-    return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-  };
+  const auto pct = Quantile;
   std::printf(
       "lateness jobs=%zu p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f max_ms=%.3f min_ms=%.3f "
       "seconds=%.1f server_cpu_s=%.2f",
@@ -444,7 +461,8 @@ int main(int argc, char** argv) {
     const std::string mode = argv[1];
     auto flags = ParseFlags(argc, argv);
     if (mode == "put") return Put(flags);
-    if (mode == "drain") return Drain(flags);
+    if (mode == "drain") return ReserveThen("drain", flags, "delete", "", "DELETED");
+    if (mode == "bury") return ReserveThen("bury", flags, "bury", " 100", "BURIED");
     if (mode == "lateness") return Lateness(flags);
     if (mode == "rss") return Rss(flags);
     if (mode == "freeport") return FreePort();
