@@ -115,6 +115,7 @@ void CommitQueue::WriterLoop() {
     }
     // Written-only submissions are answered now; the rest once the syncer
     // has synced this commit. The writer goes on meanwhile.
+    const size_t batch_size = batch.size();
     Batch written, synced;
     for (auto& p : batch) {
       bool w = options_.sync_delay_ms > 0;
@@ -122,26 +123,46 @@ void CommitQueue::WriterLoop() {
       (w ? written : synced).push_back(std::move(p));
     }
     if (!written.empty()) Complete(std::move(written), Status::Ok());
+    // A lone submission owed a sync at once with nothing queued behind it
+    // (a serial producer's put) is synced here when the syncer is idle: a
+    // hand-off to the syncer and its wake-up cost as much as a fast disk's
+    // sync. Under load the syncer takes each sync, so that the next batch
+    // commits meanwhile, as group commit wants.
+    const bool owed_now = !synced.empty();
+    bool alone = false;
+    if (owed_now && batch_size == 1) {
+      std::lock_guard lock(mu_);
+      alone = queue_.empty();
+    }
     // The syncer is woken only when this commit changes what it waits for:
     // a sync owed at once, or the first commit owed one. A wake-up per
     // commit cost a context switch per delete of a serial consumer.
-    bool wake = !synced.empty();
+    bool wake = owed_now;
+    std::optional<uint64_t> sync_here;
     {
       std::lock_guard lock(sync_mu_);
       ++committed_;
-      if (!synced.empty()) awaiting_.push_back({committed_, std::move(synced)});
-      if (!sync_by_) {
+      if (owed_now) awaiting_.push_back({committed_, std::move(synced)});
+      if (alone && !syncing_) {
+        syncing_ = true;
+        sync_here = committed_;
+        sync_by_.reset();
+        wake = false;
+      } else if (!sync_by_) {
         sync_by_ = std::chrono::steady_clock::now() + sync_delay;
         wake = true;
       }
     }
-    if (wake) sync_cv_.notify_one();
+    if (sync_here) {
+      SyncThrough(*sync_here, false, true);
+    } else if (wake) {
+      sync_cv_.notify_one();
+    }
   }
 }
 
 void CommitQueue::SyncerLoop() {
   using Clock = std::chrono::steady_clock;
-  const auto sync_delay = std::chrono::milliseconds(options_.sync_delay_ms);
   for (;;) {
     uint64_t target = 0;
     bool stopping = false;
@@ -151,46 +172,58 @@ void CommitQueue::SyncerLoop() {
         const bool owed = committed_ > synced_;
         stopping = sync_stopping_;
         const auto due = sync_by_.value_or(Clock::now());  // set whenever one is owed
-        if (owed && (!awaiting_.empty() || stopping || Clock::now() >= due)) break;
-        if (!owed && stopping) return;
-        if (owed) {
+        if (!syncing_ && owed && (!awaiting_.empty() || stopping || Clock::now() >= due)) break;
+        if (!syncing_ && !owed && stopping) return;
+        if (owed && !syncing_) {
           sync_cv_.wait_until(lock, due);
         } else {
-          sync_cv_.wait(lock);
+          sync_cv_.wait(lock);  // for a commit, or for the writer's sync to end
         }
       }
       target = committed_;
       sync_by_.reset();
+      syncing_ = true;
     }
-    // Commits the writer makes during this sync wait for the next one.
-    const auto started = Clock::now();
-    Status s = backend_.Sync();
-    sync_seconds_.ObserveMicros(MicrosSince(started));
-    {
-      std::lock_guard lock(mu_);
-      if (s.ok()) ++stats_.syncs;
-      sync_failing_ = !s.ok();
-    }
-    if (!s.ok()) spdlog::error("store: {}", s.ToString());
-    Batch answered;
-    {
-      std::lock_guard lock(sync_mu_);
-      if (s.ok() || stopping) {
-        synced_ = target;  // on a failure at close, there is no one left to retry for
-      } else if (!sync_by_) {
-        sync_by_ = Clock::now() + sync_delay;  // try again
-      }
-      while (!awaiting_.empty() && awaiting_.front().commit <= target) {
-        for (auto& p : awaiting_.front().submissions) answered.push_back(std::move(p));
-        awaiting_.pop_front();
-      }
-    }
-    if (answered.empty()) continue;
+    SyncThrough(target, stopping, false);
+  }
+}
+
+void CommitQueue::SyncThrough(uint64_t target, bool stopping, bool on_writer) {
+  using Clock = std::chrono::steady_clock;
+  // Commits the writer makes during this sync wait for the next one.
+  const auto started = Clock::now();
+  Status s = backend_.Sync();
+  sync_seconds_.ObserveMicros(MicrosSince(started));
+  {
+    std::lock_guard lock(mu_);
+    if (s.ok()) ++stats_.syncs;
+    sync_failing_ = !s.ok();
+  }
+  if (!s.ok()) spdlog::error("store: {}", s.ToString());
+  Batch answered;
+  bool wake = false;
+  {
+    std::lock_guard lock(sync_mu_);
+    syncing_ = false;
     if (s.ok() || stopping) {
-      Complete(std::move(answered), s);
-    } else {
-      SettleAndComplete(std::move(answered), s, false);
+      synced_ = target;  // on a failure at close, there is no one left to retry for
+    } else if (!sync_by_) {
+      sync_by_ = Clock::now() + std::chrono::milliseconds(options_.sync_delay_ms);  // try again
     }
+    while (!awaiting_.empty() && awaiting_.front().commit <= target) {
+      for (auto& p : awaiting_.front().submissions) answered.push_back(std::move(p));
+      awaiting_.pop_front();
+    }
+    // After the writer's sync, the syncer may have waited for it to end with
+    // a sync owed (a retry, or a written commit's deadline).
+    wake = on_writer && (committed_ > synced_ || sync_by_.has_value());
+  }
+  if (wake) sync_cv_.notify_one();
+  if (answered.empty()) return;
+  if (s.ok() || stopping) {
+    Complete(std::move(answered), s);
+  } else {
+    SettleAndComplete(std::move(answered), s, false);
   }
 }
 

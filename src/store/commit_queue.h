@@ -16,7 +16,9 @@
 // such changes (a serial consumer's deletes in cluster mode) a transaction
 // then carries several rather than one each.
 // A sync covers every commit before it, so a power cut loses a suffix of the
-// commits, never a hole.
+// commits, never a hole. A lone commit owed its sync at once (one producer's
+// put), with nothing queued behind it and the syncer idle, is synced by the
+// writer itself: one thread hand-off fewer on a serial producer's path.
 //
 // The queue knows nothing of SQL. A backend has two steps: Commit (the batch
 // reaches a place where a crash of this process no longer loses it: the
@@ -81,7 +83,9 @@ class CommitQueue {
     // is returned. Runs on the writer thread only.
     virtual Status Commit(Batch& batch) = 0;
     // Makes every commit so far survive a power cut. Runs on the syncer
-    // thread only, concurrently with Commit.
+    // thread, concurrently with Commit, or on the writer thread between two
+    // commits (a lone commit owed its sync at once while the syncer is
+    // idle); never two at once.
     virtual Status Sync() = 0;
     // A failure that leaves an outcome in doubt: Commit returned kUnknown
     // (the connection broke with the COMMIT sent), or a Sync failed (the
@@ -126,6 +130,10 @@ class CommitQueue {
   void Enqueue(Submission s);
   void WriterLoop();
   void SyncerLoop();
+  // Syncs every commit through `target` and answers the submissions that
+  // waited for it. On the syncer, or on the writer (`on_writer`) for a lone
+  // submission; never both at once (syncing_).
+  void SyncThrough(uint64_t target, bool stopping, bool on_writer);
   // Runs the callbacks of `batch` on the executor.
   void Complete(Batch batch, const Status& s);
   // Backend::Settle, then Complete with each submission's status.
@@ -160,6 +168,7 @@ class CommitQueue {
   // When the oldest commit not yet synced must be; set while one is owed.
   std::optional<std::chrono::steady_clock::time_point> sync_by_;  // guarded by sync_mu_
   bool sync_stopping_ = false;                                    // guarded by sync_mu_
+  bool syncing_ = false;  // guarded by sync_mu_: a Sync runs (on the syncer or the writer)
   std::thread syncer_;
 };
 

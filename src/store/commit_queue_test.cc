@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 namespace delayd::store {
@@ -26,6 +27,7 @@ class FakeBackend final : public CommitQueue::Backend {
       if (conflicts_.contains(ids.back())) p.status = Status::Conflict("taken");
     }
     batches_.push_back(ids);
+    commit_thread_ = std::this_thread::get_id();
     if (fail_commits_ > 0) {
       --fail_commits_;
       return Status::IoError("disk gone (fake)");
@@ -40,8 +42,12 @@ class FakeBackend final : public CommitQueue::Backend {
   }
   Status Sync() override {
     std::unique_lock lock(mu_);
+    ++syncs_waiting_;
+    cv_.notify_all();
     cv_.wait(lock, [&] { return sync_open_; });
+    --syncs_waiting_;
     ++sync_calls_;
+    sync_threads_.push_back(std::this_thread::get_id());
     if (fail_syncs_ > 0) {
       --fail_syncs_;
       return Status::IoError("sync failed (fake)");
@@ -113,6 +119,20 @@ class FakeBackend final : public CommitQueue::Backend {
     std::lock_guard lock(mu_);
     return sync_calls_;
   }
+  // Waits until a Sync waits at the closed gate.
+  void WaitForSyncAtGate() {
+    std::unique_lock lock(mu_);
+    ASSERT_TRUE(cv_.wait_for(lock, std::chrono::seconds(10), [&] { return syncs_waiting_ > 0; }))
+        << "no sync came to the gate";
+  }
+  std::thread::id commit_thread() {  // the thread of the last commit
+    std::lock_guard lock(mu_);
+    return commit_thread_;
+  }
+  std::vector<std::thread::id> sync_threads() {  // each sync's, in order
+    std::lock_guard lock(mu_);
+    return sync_threads_;
+  }
 
  private:
   std::mutex mu_;
@@ -128,6 +148,9 @@ class FakeBackend final : public CommitQueue::Backend {
   int committed_ = 0;
   int synced_ = 0;
   int sync_calls_ = 0;
+  int syncs_waiting_ = 0;
+  std::thread::id commit_thread_;
+  std::vector<std::thread::id> sync_threads_;
 };
 
 class CommitQueueTest : public ::testing::Test {
@@ -225,6 +248,47 @@ TEST_F(CommitQueueTest, ASyncedChangeIsNotHeldByTheDelayOfAnEarlierWrittenOne) {
   ASSERT_TRUE(WaitFor([&] { return answers_.contains(2); }))
       << "a synced change waited for the written one's sync delay";
   EXPECT_EQ(backend_.synced(), 2) << "one sync covers both commits";
+}
+
+// A serial producer's put: one submission, nothing behind it. The writer
+// syncs it itself rather than hand it to the syncer and wait for that
+// thread to wake.
+TEST_F(CommitQueueTest, ALoneSyncedChangeIsSyncedByTheWriterWithoutAHandOff) {
+  Make();
+  queue_->Start();
+  for (uint64_t id = 1; id <= 3; ++id) {
+    Put(id);
+    ASSERT_TRUE(WaitFor([&] { return answers_.contains(id); }));
+    EXPECT_TRUE(AnswerOf(id).ok());
+    EXPECT_EQ(backend_.synced(), static_cast<int>(id)) << "answered before its sync";
+  }
+  const std::vector<std::thread::id> syncs = backend_.sync_threads();
+  ASSERT_EQ(syncs.size(), 3u);
+  for (std::thread::id t : syncs) {
+    EXPECT_EQ(t, backend_.commit_thread()) << "a lone put's sync was handed to the syncer";
+  }
+}
+
+// Group commit under load stays as it was: while one batch is being synced
+// the next commits, and its sync is the syncer's, never two syncs at once.
+TEST_F(CommitQueueTest, WhileALoneChangeIsSyncedTheNextOnesQueueAndShareTheNextSync) {
+  Make();
+  queue_->Start();
+  backend_.SetSyncGate(false);
+  Put(1);
+  backend_.WaitForSyncAtGate();  // the writer syncs 1 itself
+  Put(2);
+  Put(3);
+  EXPECT_FALSE(Answered(1));
+  backend_.SetSyncGate(true);
+  ASSERT_TRUE(WaitFor([&] { return answers_.contains(2) && answers_.contains(3); }));
+  EXPECT_EQ(order(), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(backend_.batches(), (std::vector<std::vector<uint64_t>>{{1}, {2, 3}}))
+      << "the changes that came during the sync commit together";
+  EXPECT_EQ(backend_.sync_calls(), 2);
+  const std::vector<std::thread::id> syncs = backend_.sync_threads();
+  ASSERT_EQ(syncs.size(), 2u);
+  EXPECT_NE(syncs[1], backend_.commit_thread()) << "a batch of two was synced by the writer";
 }
 
 // Changes answered before their commit (Mutation::lingers) wait up to the

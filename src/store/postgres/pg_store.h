@@ -149,8 +149,10 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
 
   PgStore(PgOptions options, Executor executor);
   Status Commit(CommitQueue::Batch& batch) override;  // writer thread
-  Status Sync() override;                             // syncer thread
-  Status KeepDatabase();                              // syncer thread
+  // The sync side: one thread at a time, the syncer's or, for a lone
+  // submission, the writer's between its commits (CommitQueue::Backend).
+  Status Sync() override;  // the sync side
+  Status KeepDatabase();   // the sync side
   void Settle(CommitQueue::Batch& batch, bool commit_in_flight) override;
   Result<Recovered> RecoverNow(int64_t horizon_minute);  // on the read lane
   // Runs a read on the read lane and waits for it (Lane::Use).
@@ -169,12 +171,12 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   const Clock& clock_;
   int shards_ = 0;
   std::unique_ptr<Link> writer_;  // writer thread only (and Open before it starts)
-  std::unique_ptr<Link> syncer_;  // syncer thread only
+  std::unique_ptr<Link> syncer_;  // the sync side only
   // The session that holds the database (pg_owner.h): taken by Open, then
   // the syncer's, which takes it again after a reconnection, and fails its
   // syncs (so every write) while another delayd has it.
   std::unique_ptr<pg::PgConn> owner_;
-  uint64_t owner_checked_connects_ = 0;  // syncer thread: syncer_->connects() then
+  uint64_t owner_checked_connects_ = 0;  // the sync side: syncer_->connects() then
   std::unique_ptr<Lane> reads_;          // every read
   std::unique_ptr<Lane> claims_;         // claims (cluster mode)
   Executor executor_;                    // where reads aside, claims and notices answer
@@ -190,7 +192,7 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   void set_writer_session(const Session& w);
   mutable std::mutex writer_session_mu_;
   Session writer_session_;               // guarded by writer_session_mu_
-  uint64_t synced_writer_connects_ = 0;  // syncer thread: at the last sync
+  uint64_t synced_writer_connects_ = 0;  // the sync side: at the last sync
 
   // The job count deltas folded into the counts (migration 7), and the
   // jobs table's statistics kept up with its growth, on the reads lane

@@ -91,7 +91,7 @@ class SqliteStore final : public Store, private CommitQueue::Backend {
 
   std::string log_path_;  // the write-ahead log
   std::string log_name_;  // the same, as a VFS name; outlives log_file_
-  std::unique_ptr<sqlite3_file, void (*)(sqlite3_file*)> log_file_{nullptr, nullptr};  // syncer
+  std::unique_ptr<sqlite3_file, void (*)(sqlite3_file*)> log_file_{nullptr, nullptr};  // Sync only
 
   // Checkpoints, beside the writer (sqlite_checkpointer.h); closed after
   // the writer's connection is done with it.
