@@ -390,16 +390,15 @@ int Lateness(const std::map<std::string, std::string>& f) {
   const double cpu = ServersCpuSeconds(f) - cpu_before;
   std::sort(late_ms.begin(), late_ms.end());
   std::sort(delete_ms.begin(), delete_ms.end());
-  const auto pct = Quantile;
   std::printf(
       "lateness jobs=%zu p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f max_ms=%.3f min_ms=%.3f "
       "seconds=%.1f server_cpu_s=%.2f",
-      late_ms.size(), pct(late_ms, 0.50), pct(late_ms, 0.99), pct(late_ms, 0.999),
+      late_ms.size(), Quantile(late_ms, 0.50), Quantile(late_ms, 0.99), Quantile(late_ms, 0.999),
       late_ms.empty() ? 0.0 : late_ms.back(), late_ms.empty() ? 0.0 : late_ms.front(), secs, cpu);
   // A serial consumer's delete round trip is on the path of its next job.
   if (serial) {
-    std::printf(" delete_p50_ms=%.3f delete_p99_ms=%.3f", pct(delete_ms, 0.50),
-                pct(delete_ms, 0.99));
+    std::printf(" delete_p50_ms=%.3f delete_p99_ms=%.3f", Quantile(delete_ms, 0.50),
+                Quantile(delete_ms, 0.99));
   }
   std::printf("\n");
   return failed || static_cast<int64_t>(late_ms.size()) != jobs ? 1 : 0;

@@ -16,9 +16,10 @@
 // such changes (a serial consumer's deletes in cluster mode) a transaction
 // then carries several rather than one each.
 // A sync covers every commit before it, so a power cut loses a suffix of the
-// commits, never a hole. A lone commit owed its sync at once (one producer's
-// put), with nothing queued behind it and the syncer idle, is synced by the
-// writer itself: one thread hand-off fewer on a serial producer's path.
+// commits, never a hole. A commit of one submission owed its sync at once
+// (one producer's put), with nothing queued behind it and the syncer idle, is
+// synced by the writer itself: one thread hand-off fewer on a serial
+// producer's path.
 //
 // The queue knows nothing of SQL. A backend has two steps: Commit (the batch
 // reaches a place where a crash of this process no longer loses it: the
@@ -84,8 +85,8 @@ class CommitQueue {
     virtual Status Commit(Batch& batch) = 0;
     // Makes every commit so far survive a power cut. Runs on the syncer
     // thread, concurrently with Commit, or on the writer thread between two
-    // commits (a lone commit owed its sync at once while the syncer is
-    // idle); never two at once.
+    // commits (a commit of one submission owed its sync at once while the
+    // syncer is idle); never two at once.
     virtual Status Sync() = 0;
     // A failure that leaves an outcome in doubt: Commit returned kUnknown
     // (the connection broke with the COMMIT sent), or a Sync failed (the

@@ -397,7 +397,7 @@ TEST_F(CommitQueueTest, AFailedSyncFailsTheChangesWaitingForItAndIsTriedAgain) {
   Make({.sync_delay_ms = 5});
   backend_.FailSyncs(1);
   queue_->Start();
-  Put(1);
+  Put(1);  // alone: the writer makes the sync that fails
   ASSERT_TRUE(WaitFor([&] { return answers_.contains(1); }));
   EXPECT_EQ(AnswerOf(1).code(), StatusCode::kIoError) << "answered OK without a sync";
   // The commit is still owed a sync: the syncer tries again by itself.
