@@ -4,8 +4,10 @@
 // binlog figures, connection totals).
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -203,6 +205,106 @@ TEST_F(CompatTest, PipelinedCommandsAnswerInOrder) {
   for (int i = 0; i < 10; ++i) burst += "reserve\r\n";
   burst += "stats\r\n";
   Compare({{burst, 50 + 2 + 10 + 1}});
+}
+
+// Issue 34: beyond a window of 8 ready or buried jobs per tube, delayd
+// keeps them in the store and reads them back in order. 100,000 jobs of
+// mixed priorities, reserved, released (to new priorities), buried and
+// deleted, with kicks, peeks and counts: every reply as beanstalkd's. The
+// script is pipelined, each reserve's id foretold by a model of beanstalkd's
+// order that beanstalkd's own replies check.
+TEST_F(CompatTest, ABacklogBeyondTheWindowsComesBackInBeanstalkdsOrder) {
+  delayd_.reset();
+  delayd_ = std::make_unique<DelaydServer>(dir_ + "/data",
+                                           std::vector<std::string>{"--ready-window", "8"});
+  Client a(beanstalkd_->port());
+  Client b(delayd_->port());
+  // Sends `bytes` to both and compares the `replies` replies; beanstalkd's
+  // come back for the model to check.
+  auto both = [&](const std::string& bytes, int replies) {
+    a.Send(bytes);
+    b.Send(bytes);
+    std::vector<std::string> out;
+    for (int i = 0; i < replies; ++i) {
+      std::string ra = a.Reply(std::chrono::seconds(30));
+      std::string rb = b.Reply(std::chrono::seconds(30));
+      EXPECT_EQ(Normalize(ra), Normalize(rb)) << "reply " << i << " of a batch";
+      out.push_back(std::move(ra));
+    }
+    return out;
+  };
+  constexpr int kJobs = 100'000;
+  const uint32_t kPriorities[] = {0, 1, 7, 1023, 1024, 4294967295u};
+  uint64_t seed = 34;
+  auto next = [&seed] {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(seed >> 33);
+  };
+  std::set<std::pair<uint32_t, uint64_t>> ready;  // the model
+  std::deque<std::pair<uint32_t, uint64_t>> buried;
+  for (int start = 0; start < kJobs; start += 1000) {
+    std::string batch;
+    for (int i = start; i < start + 1000; ++i) {
+      const uint32_t pri = kPriorities[next() % 6];
+      const std::string body = "job-" + std::to_string(i);
+      batch += "put " + std::to_string(pri) + " 0 60 " + std::to_string(body.size()) + "\r\n" +
+               body + "\r\n";
+      ready.insert({pri, static_cast<uint64_t>(i + 1)});
+    }
+    auto replies = both(batch, 1000);
+    ASSERT_EQ(replies.back(), "INSERTED " + std::to_string(start + 1000) + "\r\n");
+    if (HasFailure()) return;
+  }
+  int batches = 0;
+  while (!ready.empty() || !buried.empty()) {
+    std::string batch;
+    int replies = 0;
+    std::vector<uint64_t> foretold;  // each reserve's id, 0 for TIMED_OUT
+    for (int i = 0; i < 200; ++i) {
+      const uint32_t roll = next() % 100;
+      if (roll < 8 || ready.empty()) {
+        const uint32_t bound = 1 + next() % 20;
+        batch += "kick " + std::to_string(bound) + "\r\n";
+        ++replies;
+        for (uint32_t k = 0; k < bound && !buried.empty(); ++k) {
+          ready.insert(buried.front());
+          buried.pop_front();
+        }
+        continue;
+      }
+      batch += "reserve-with-timeout 0\r\n";
+      ++replies;
+      auto [pri, id] = *ready.begin();
+      ready.erase(ready.begin());
+      foretold.push_back(id);
+      const std::string ids = std::to_string(id);
+      if (roll < 50) {
+        batch += "delete " + ids + "\r\n";
+      } else if (roll < 80) {
+        const uint32_t to = kPriorities[next() % 6];
+        batch += "release " + ids + " " + std::to_string(to) + " 0\r\n";
+        ready.insert({to, id});
+      } else {
+        batch += "bury " + ids + " " + std::to_string(pri) + "\r\n";
+        buried.push_back({pri, id});
+      }
+      ++replies;
+    }
+    batch += "peek-ready\r\npeek-buried\r\nstats-tube default\r\n";
+    replies += 3;
+    auto got = both(batch, replies);
+    if (HasFailure()) return;
+    size_t f = 0;
+    for (const std::string& r : got) {
+      if (r.rfind("RESERVED ", 0) != 0) continue;
+      ASSERT_LT(f, foretold.size());
+      ASSERT_EQ(r.substr(9, r.find(' ', 9) - 9), std::to_string(foretold[f++]))
+          << "the model foretold another job than beanstalkd reserved";
+    }
+    ASSERT_EQ(f, foretold.size());
+    ++batches;
+  }
+  EXPECT_GT(batches, 100);
 }
 
 }  // namespace

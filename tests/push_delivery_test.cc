@@ -317,6 +317,25 @@ TEST_F(PushTest, RateLimitHoldsWithinTenPercent) {
   EXPECT_LT(rate, 55.0);
 }
 
+// Issue 34: push jobs beyond a window of 8 wait in the store and are read
+// back as the dispatcher drains the window: each delivered once, in order.
+TEST_F(PushTest, ABacklogBeyondTheWindowIsDeliveredOnceInOrder) {
+  server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-push-window"),
+                                           std::vector<std::string>{"--ready-window", "8"});
+  Receiver rx;
+  // One delivery at a time, so that arrival order is dispatch order.
+  Put("/v1/topics/backlog", {{"target", {{"url", rx.url()}}}, {"max_concurrency", 1}});
+  json batch = json::array();
+  for (int i = 0; i < 300; ++i) batch.push_back({{"body", i}});
+  Post("/v1/topics/backlog/jobs", batch);
+  ASSERT_TRUE(rx.WaitFor([](auto& v) { return v.size() >= 300; }, 30s)) << rx.count();
+  auto got = rx.received();
+  ASSERT_EQ(got.size(), 300u);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(got[i].body, std::to_string(i)) << "delivery " << i;
+  EXPECT_TRUE(WaitUntil([&] { return Get("/v1/topics/backlog")["counts"]["ready"] == 0; }, 5s))
+      << Get("/v1/topics/backlog").dump();
+}
+
 TEST_F(PushTest, ADeadTargetDoesNotDelayOtherTopics) {
   Receiver dead([](const Received&, int) {
     Answer a;

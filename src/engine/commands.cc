@@ -346,10 +346,8 @@ void Engine::KickTube(const std::string& name, uint64_t bound,
   Tube* t = FindTube(name);
   if (t == nullptr) return done(uint64_t{0});
   std::vector<Job*> kicked;
-  if (!t->buried.empty()) {
-    for (auto it = t->buried.begin(); it != t->buried.end() && kicked.size() < bound; ++it) {
-      kicked.push_back(*it);
-    }
+  if (t->buried_count() > 0) {
+    return KickBuried(name, bound, std::move(done));
   } else {
     for (auto it = t->delayed.begin(); it != t->delayed.end() && kicked.size() < bound; ++it) {
       kicked.push_back(*it);
@@ -375,6 +373,32 @@ void Engine::KickTube(const std::string& name, uint64_t bound,
         kicked.push_back(MaterializeFar(rec));
       }
     }
+  }
+  KickAll(std::move(kicked), std::move(done));
+}
+
+// Buried jobs in bury order, all at once (a kick answered in pieces would
+// let a client's next commands in between): those beyond the window are
+// read in first, as many as the kick needs (again while a read brings more:
+// one answered aside may stop short of jobs that went cold meanwhile).
+void Engine::KickBuried(const std::string& name, uint64_t bound, Reply<uint64_t> done,
+                        std::optional<size_t> had) {
+  Tube* t = FindTube(name);
+  if (t == nullptr || bound == 0) return done(uint64_t{0});
+  const Window& w = t->windows[static_cast<int>(store::JobSet::kBuried)];
+  std::vector<Job*> kicked;
+  for (auto it = t->buried.begin(); it != t->buried.end() && kicked.size() < bound; ++it) {
+    if (w.cold > 0 && SetKeyOf(**it) > w.edge) break;
+    kicked.push_back(*it);
+  }
+  if (kicked.size() < bound && w.cold > 0 && (!had || kicked.size() > *had)) {
+    return WhenRefilled(
+        t, store::JobSet::kBuried,
+        [this, name, bound, done = std::move(done), n = kicked.size()](const Status& s) mutable {
+          if (!s.ok()) return done(s);
+          KickBuried(name, bound, std::move(done), n);
+        },
+        bound - kicked.size());
   }
   KickAll(std::move(kicked), std::move(done));
 }
@@ -522,6 +546,9 @@ std::optional<PushLease> Engine::TakePush(const std::string& topic) {
       }
     }
   }
+  // Beyond a window the first push job may be in the store (never in
+  // cluster mode, which keeps none): delivered once read.
+  if (t != nullptr && FirstOf(t, store::JobSet::kPushReady) == nullptr) j = nullptr;
   if (j == nullptr) {
     home_->NoPushReady(topic);
     return std::nullopt;

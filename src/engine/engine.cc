@@ -31,6 +31,7 @@ Engine::Engine(store::Store& store, const Clock& clock, EngineOptions options, W
   push_retry_timer_.kind = TimerKind::kPushRetry;
   home_ = std::make_unique<LocalHome>(*this);
   in_doubt_timer_.kind = TimerKind::kInDoubt;
+  window_timer_.kind = TimerKind::kWindow;
   FindOrMakeTube(kDefaultTube)->permanent = true;
   // Internal holders of reservations: they use and watch no tube, so they
   // never show in beanstalk stats, and never wait.
@@ -195,6 +196,7 @@ Job* Engine::AddJob(const JobRecord& r, JobState state, std::shared_ptr<const Jo
   j->ttr_ms = r.ttr_ms;
   j->created_ms = r.created_ms;
   j->run_at_ms = r.run_at_ms;
+  j->bury_seq = r.bury_seq;
   j->counters = r.counters;
   j->body = std::make_shared<const std::string>(r.body);
   j->timer.kind = TimerKind::kJob;
@@ -219,6 +221,7 @@ JobRecord Engine::Record(const Job& j) const {
   r.run_at_ms = j.run_at_ms;
   r.counters = j.counters;
   r.push = j.push();
+  r.bury_seq = j.bury_seq;
   home_->Stamp(j, r);
   if (j.extra) {
     r.key = j.extra->key;
@@ -263,6 +266,7 @@ void Engine::ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const 
 void Engine::Write(Job* j, Mutation m, Done done) {
   home_->Guard(*j, m);
   ++j->pending_writes;
+  j->counts_unstored = false;  // the mutation carries the whole job
   if (auto r = resyncing_.find(j->id); r != resyncing_.end()) r->second = true;
   store_.Submit(std::move(m), [this, id = j->id, done = std::move(done)](const Status& s) {
     Job* job = jobs_.at(id).get();
@@ -349,6 +353,7 @@ void Engine::TakeStored(Job* j, const Result<std::optional<JobRecord>>& read) {
   if (*j->body != rec->body) j->body = std::make_shared<const std::string>(rec->body);
   SetExtra(j, *rec);
   if (keep_reservation) return;
+  j->bury_seq = rec->bury_seq;  // 0 from a store that keeps none: buried anew
   Place(j, rec->state);
 }
 
@@ -373,6 +378,8 @@ void Engine::WriteDone(Job* j) {
     ++t->far_delayed;
     CountDue(t, store::DueHour(j->due_ms()), 1);
     Forget(j);
+  } else if (j->state == JobState::kReady || j->state == JobState::kBuried) {
+    Entered(j);  // beyond the window, it may leave memory now
   }
 }
 

@@ -89,6 +89,11 @@ struct EngineOptions {
   size_t attempt_log_size = 20;
   // Added to a push job's target timeout to make its reservation's ttr.
   int64_t push_ttr_margin_ms = 5000;
+  // Ready jobs of each kind, and buried jobs, held in memory per tube; the
+  // rest wait in the store, read back in order as the window drains
+  // (doc/engine.md, "Windows"). 0: all in memory. A store that does not
+  // ScansSets (PostgreSQL) keeps them all in memory whatever this says.
+  size_t ready_window = 4096;
 };
 
 class Engine {
@@ -188,9 +193,8 @@ class Engine {
   void PeekReady(Client* c, Reply<JobView> done);
   void PeekDelayed(Client* c, Reply<JobView> done);
   void PeekBuried(Client* c, Reply<JobView> done);
-  // From memory: one node only.
-  Result<JobView> PeekReady(Client* c);
-  Result<JobView> PeekBuried(Client* c);
+  // From memory, or a window's refill: one node only.
+  void PeekFirst(Client* c, store::JobSet s, Reply<JobView> done);
 
   void Use(Client* c, const std::string& name);
   size_t Watch(Client* c, const std::string& name);
@@ -462,6 +466,8 @@ class Engine {
   // behalf of client `c`, if given: kUnavailable if it hangs up meanwhile.
   void FindOrLoad(uint64_t id, std::function<bool(const Job&)> allowed, Reply<Job*> done,
                   Client* c = nullptr);
+  void KickBuried(const std::string& name, uint64_t bound, Reply<uint64_t> done,
+                  std::optional<size_t> had = std::nullopt);
   void KickTube(const std::string& name, uint64_t bound,
                 std::optional<std::pair<std::vector<store::JobRecord>, uint64_t>> far,
                 Reply<uint64_t> done);
@@ -508,6 +514,39 @@ class Engine {
   void ReserveFromMemory(Client* c, int64_t timeout_ms);
   // The soonest delayed job of `tube`, in memory or beyond the horizon.
   void PeekDelayedHere(const std::string& tube, Reply<JobView> done);
+
+  // Windows (windows.cc): a tube's ready and buried jobs beyond a window of
+  // them stay in the store.
+  static store::JobSet SetOf(const Job& j);
+  static store::SetKey SetKeyOf(const Job& j);
+  size_t SetSize(const Tube* t, store::JobSet s) const;
+  // The set's first job if it is the first of the whole set, in memory or
+  // cold; else null (none, or a refill is needed first, which it asks for).
+  Job* FirstOf(Tube* t, store::JobSet s);
+  // A job came into (or, its writes answered, stays in) its set: it may
+  // have to leave memory, or push another out.
+  void Entered(const Job* j);
+  // A job left its set: the window may need refilling.
+  void Left(Tube* t, store::JobSet s);
+  void WindowDue(Tube* t);
+  // `then` once the set's next refill, of `want` jobs at least, has been
+  // read: at once when the set has nothing cold; before this returns when
+  // the store reads at once (SQLite), so that no later command of a client
+  // comes in between.
+  void WhenRefilled(Tube* t, store::JobSet s, std::function<void(const Status&)> then,
+                    size_t want = 0);
+  void SettleWindows();
+  void Evict(Tube* t, store::JobSet s);
+  void Refill(Tube* t, store::JobSet s);
+  // Takes rows read after `after` into memory (a refill's, or recovery's).
+  void Refilled(Tube* t, store::JobSet s, store::SetKey after, size_t limit,
+                Result<std::vector<store::JobRecord>> rows, uint64_t since);
+  // A cold job read from the store, back in memory in its set.
+  Job* MaterializeCold(const store::JobRecord& r, bool emit);
+  // Recovery: the windows, or with none every job, of the stored sets.
+  Status RecoverSets(const std::vector<store::SetCount>& sets);
+  // Whether any tube `c` watches has ready jobs in the store only.
+  bool ColdReadyFor(const Client* c) const;
 
   // Waiters.
   void Serve(Tube* t);
@@ -578,6 +617,10 @@ class Engine {
   // were kept; read again every second while the store does not answer.
   std::set<uint64_t> in_doubt_;
   EngineTimer in_doubt_timer_;
+  // Windows: 0 when every ready and buried job stays in memory.
+  size_t window_ = 0;
+  std::vector<Tube*> windows_due_;  // tubes whose window_due is set
+  EngineTimer window_timer_;
   bool reading_in_doubt_ = false;
   bool loading_ = false;       // a read of the loader is in flight
   bool load_failing_ = false;  // the last read failed (logged once until one succeeds)

@@ -8,7 +8,10 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <random>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "engine/testing/recorder.h"
 #include "store/sqlite/sqlite_store.h"
@@ -1183,6 +1186,191 @@ TEST_F(EngineDurabilityTest, ChangesThatCreateOrKeepWorkAreSyncedBeforeTheirRepl
   EXPECT_EQ(StateOf(c), "ready");
   EXPECT_GT(engine_->StatsTube("default")->pause_s, 0);
 }
+
+// Windows (doc/engine.md): beyond a window of 4, a tube's ready and buried
+// jobs wait in the store and come back in beanstalkd's order.
+class WindowTest : public EngineTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    dir_ = store::testing::FreshTestDir("engine");
+    Start({.ready_window = 4});
+    flaky_->defer_reads = GetParam();
+  }
+  void Restart() {
+    Stop();
+    Start({.ready_window = 4});
+    flaky_->defer_reads = GetParam();
+  }
+  // One turn of the loop: timers due now (a window's settling), completions
+  // posted, and (answering as a read thread would, in its own time) maybe
+  // the oldest read held back.
+  void Pump() {
+    engine_->Tick();
+    RunPosted();
+    if (flaky_->reads_deferred() > 0 && rng_() % 2 == 0) flaky_->DeliverOneRead();
+  }
+  // Turns the loop until `pred` holds (10 s at most): the store's writer
+  // answers from a thread of its own.
+  template <class Pred>
+  void PumpUntil(Pred pred) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred() && std::chrono::steady_clock::now() < deadline) {
+      Pump();
+      if (!pred()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  template <class T, class Op>
+  Result<T> Pumped(Op op) {
+    std::optional<Result<T>> out;
+    op([&](Result<T> r) { out.emplace(std::move(r)); });
+    PumpUntil([&] { return out.has_value(); });
+    if (!out) return Status::Internal("not answered");
+    return std::move(*out);
+  }
+  Status Done(std::function<void(Engine::Done)> op) {
+    return Pumped<bool>([&](auto done) {
+             op([done](const Status& s) { done(s.ok() ? Result<bool>(true) : s); });
+           })
+        .status();
+  }
+  // reserve-with-timeout 0: the job's id, or 0 for TIMED_OUT.
+  uint64_t ReserveNow(Recorder& r, Client* c) {
+    engine_->Reserve(c, 0);
+    PumpUntil([&] { return !r.events.empty(); });
+    const std::string e = r.Take();
+    if (e == "timed-out") return 0;
+    EXPECT_EQ(e.rfind("reserved ", 0), 0u)
+        << "no answer; ready " << engine_->StatsTube("default")->ready << ", in memory "
+        << engine_->jobs_in_memory() << ", reads held " << flaky_->reads_deferred();
+    if (e.empty()) return ~uint64_t{0};
+    return std::stoull(e.substr(9));
+  }
+  // Until every read and write is answered and the windows have settled.
+  void Settle() {
+    PumpUntil([&] {
+      flaky_->DeliverReads();
+      return flaky_->pending() == 0 && flaky_->reads_deferred() == 0;
+    });
+    for (int i = 0; i < 5; ++i) Pump();
+    PumpUntil([&] {
+      flaky_->DeliverReads();
+      return flaky_->pending() == 0 && flaky_->reads_deferred() == 0;
+    });
+  }
+  std::mt19937 rng_{20261128};
+};
+
+// A random script of puts, reserves, releases, buries, kicks and peeks,
+// with restarts, checked step by step against a model of beanstalkd's
+// order: ready jobs by priority then id (a release keeps the id), buried
+// ones in bury order, kicked from the front. With reads held back (as
+// PostgreSQL's would be), every refill races the script's next steps.
+TEST_P(WindowTest, EveryStepKeepsBeanstalkdsOrderAcrossTheEdge) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  std::set<std::pair<uint32_t, uint64_t>> ready;  // the model
+  std::deque<std::pair<uint32_t, uint64_t>> buried;
+  for (int step = 0; step < 1500; ++step) {
+    const unsigned op = rng_() % 100;
+    const uint32_t pri = rng_() % 3;
+    if (op < 35) {
+      ready.insert({pri, Put(c, "j", 0, pri)});
+    } else if (op < 70) {
+      const uint64_t id = ReserveNow(r, c);
+      ASSERT_NE(id, ~uint64_t{0}) << "step " << step;
+      const uint64_t want = ready.empty() ? 0 : ready.begin()->second;
+      ASSERT_EQ(id, want) << "step " << step;
+      if (id == 0) continue;
+      const uint32_t held_pri = ready.begin()->first;
+      ready.erase(ready.begin());
+      const unsigned then = rng_() % 3;
+      if (then == 0) {
+        ASSERT_TRUE(Done([&](auto done) { engine_->Delete(c, id, done); }).ok());
+      } else if (then == 1) {
+        {
+          Status s = Done([&](auto done) { engine_->Release(c, id, pri, 0, done); });
+          ASSERT_TRUE(s.ok()) << s.ToString() << " step " << step;
+        }
+        ready.insert({pri, id});
+      } else {
+        ASSERT_TRUE(Done([&](auto done) { engine_->Bury(c, id, held_pri, done); }).ok());
+        buried.push_back({held_pri, id});
+      }
+    } else if (op < 80) {
+      const uint64_t bound = 1 + rng_() % 7;
+      auto kicked = Pumped<uint64_t>([&](auto done) { engine_->Kick(c, bound, done); });
+      ASSERT_TRUE(kicked.ok()) << kicked.status().ToString();
+      const uint64_t want = std::min<uint64_t>(bound, buried.size());
+      ASSERT_EQ(*kicked, want) << "step " << step;
+      for (uint64_t i = 0; i < want; ++i) {
+        ready.insert(buried.front());
+        buried.pop_front();
+      }
+    } else if (op < 88) {
+      auto peek = Pumped<JobView>([&](auto done) { engine_->PeekReady(c, done); });
+      ASSERT_EQ(peek.ok() ? peek->id : 0, ready.empty() ? 0 : ready.begin()->second)
+          << "step " << step;
+      peek = Pumped<JobView>([&](auto done) { engine_->PeekBuried(c, done); });
+      ASSERT_EQ(peek.ok() ? peek->id : 0, buried.empty() ? 0 : buried.front().second)
+          << "step " << step;
+    } else if (op < 90) {
+      Restart();
+      c = engine_->Connect(&r);
+    } else {
+      for (int i = 0; i < 3; ++i) Pump();
+    }
+    auto stats = engine_->StatsTube("default");
+    ASSERT_TRUE(stats.ok());
+    ASSERT_EQ(stats->ready, ready.size()) << "step " << step;
+    ASSERT_EQ(stats->buried, buried.size()) << "step " << step;
+    ASSERT_EQ(stats->urgent, ready.size()) << "step " << step;  // priorities 0-2
+  }
+  // Memory holds windows, not the backlog: ready and buried jobs beyond 4
+  // each (and those a settling has not reached yet) are in the store.
+  Settle();
+  EXPECT_GT(ready.size() + buried.size(), 20u);
+  EXPECT_LE(engine_->jobs_in_memory(), 8u);
+}
+
+// A job whose reserve and timeout are counted in memory only (a ttr ran
+// out) is written before it leaves memory for the store.
+TEST_P(WindowTest, CountsKeptOnlyInMemoryAreWrittenBeforeAJobGoesCold) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  const uint64_t late = Put(c, "late", 0, 100, 1000);
+  for (int i = 0; i < 5; ++i) Put(c, "early", 0, 1);
+  for (int i = 0; i < 5; ++i) Pump();
+  EXPECT_EQ(engine_->jobs_in_memory(), 4u);
+  auto held = Pumped<JobView>([&](auto done) { engine_->ReserveJob(c, late, done); });
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  Advance(1500);  // its ttr runs out: ready again, beyond the window
+  Settle();
+  EXPECT_EQ(engine_->jobs_in_memory(), 4u);
+  auto stats = Pumped<JobStats>([&](auto done) { engine_->StatsJob(late, done); });
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->state, JobState::kReady);
+  EXPECT_EQ(stats->counters.reserves, 1u);
+  EXPECT_EQ(stats->counters.timeouts, 1u);
+}
+
+// A reserve that finds the window empty while jobs wait in the store is
+// served by the refill, never TIMED_OUT.
+TEST_P(WindowTest, AReserveWaitsForTheRefillNotForItsTimeout) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 12; ++i) ids.push_back(Put(c, "j" + std::to_string(i), 0, 5));
+  for (int i = 0; i < 5; ++i) Pump();
+  for (uint64_t id : ids) {
+    const uint64_t got = ReserveNow(r, c);
+    ASSERT_EQ(got, id);
+    ASSERT_TRUE(Done([&](auto done) { engine_->Delete(c, got, done); }).ok());
+  }
+  EXPECT_EQ(ReserveNow(r, c), 0u);  // and then nothing is left
+}
+
+INSTANTIATE_TEST_SUITE_P(Reads, WindowTest, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "Deferred" : "AtOnce"; });
 
 }  // namespace
 }  // namespace delayd::engine

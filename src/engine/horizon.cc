@@ -20,10 +20,14 @@ Status Engine::RecoverHorizon() {
   if (!r.ok()) return r.status();
   loaded_minute_ = horizon_minute;
   load_done_ = true;
+  window_ = store_.ScansSets() ? options_.ready_window : 0;
+  bury_seq_ = std::max(bury_seq_, r->max_bury_seq);
   for (const JobRecord& rec : r->jobs) {
     if (rec.state == StoredState::kDone || !Sound(rec)) continue;  // done: never recovered
     Place(AddJob(rec, JobState::kReady), rec.state);
   }
+  // Ready and buried jobs: the window of each set (every job, with none).
+  if (Status s = RecoverSets(r->sets); !s.ok()) return s;
   for (const store::TubeSettings& ts : r->settings) {
     FindOrMakeTube(ts.tube)->settings = DecodeSettings(ts.settings);
   }
@@ -48,14 +52,16 @@ Status Engine::RecoverHorizon() {
   }
   next_id_ = r->next_id;
   ScheduleLoader();
+  uint64_t far = 0;
+  for (const store::FarCount& f : r->far) far += f.delayed;
+  uint64_t cold = 0;
+  for (const auto& t : tubes_) {
+    for (const Window& w : t->windows) cold += w.cold;
+  }
   spdlog::info(
-      "recovered {} jobs in memory, {} beyond the horizon, next id {}", jobs_.size(),
-      [&] {
-        uint64_t n = 0;
-        for (auto& f : r->far) n += f.delayed;
-        return n;
-      }(),
-      next_id_);
+      "recovered {} jobs in memory, {} beyond the horizon, {} ready or buried beyond the windows, "
+      "next id {}",
+      jobs_.size(), far, cold, next_id_);
   return Status::Ok();
 }
 

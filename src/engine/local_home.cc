@@ -23,34 +23,53 @@ void LocalHome::WriteHeld(Job* j, store::Mutation m, Done committed, Done reply)
 void LocalHome::ReservedById(Job* j, Reply<JobView> done) { done(e_.View(*j)); }
 
 // Memory holds every job but the delayed ones due beyond the loaded minute
-// (or within it, past the loader's cursor).
+// (or within it, past the loader's cursor), and the ready and buried ones
+// beyond their windows (windows.cc). The caller knows the job is not in
+// memory.
 bool LocalHome::IsFar(const store::JobRecord& r) const {
   const int64_t minute = store::DueMinute(r.due_ms);
+  if (r.state == store::StoredState::kReady || r.state == store::StoredState::kBuried) {
+    return e_.window_ > 0;
+  }
   return r.state == store::StoredState::kDelayed &&
          (minute > e_.loaded_minute_ ||
           (minute == e_.loaded_minute_ && !e_.load_done_ && r.id > e_.load_cursor_));
 }
 
-// A far job is delayed, which every caller of FindOrLoad accepts.
-Result<Job*> LocalHome::Bring(const store::JobRecord& r, const std::function<bool(const Job&)>&) {
-  return e_.MaterializeFar(r);
+// A far job is delayed, which every caller of FindOrLoad accepts; a cold
+// one is ready or buried, which some do not (it then stays in memory, in
+// its set, until its window looks at it).
+Result<Job*> LocalHome::Bring(const store::JobRecord& r,
+                              const std::function<bool(const Job&)>& allowed) {
+  if (r.state == store::StoredState::kDelayed) return e_.MaterializeFar(r);
+  Job* j = e_.MaterializeCold(r, /*emit=*/false);
+  if (!allowed(*j)) return Status::Conflict("job is " + std::string(StateName(j->state)));
+  return j;
 }
 
-// Buried jobs are all in memory.
 void LocalHome::FindBuried(uint64_t id, Reply<Job*> done) {
-  Job* j = e_.FindLive(id);
-  if (j == nullptr) return done(Status::NotFound("no such job"));
-  if (j->state != JobState::kBuried) return done(Status::Conflict("not buried"));
-  done(j);
+  e_.FindOrLoad(
+      id, [](const Job& j) { return j.state == JobState::kBuried; },
+      [done = std::move(done)](Result<Job*> found) {
+        if (!found.ok() && found.status().code() == StatusCode::kConflict) {
+          return done(Status::Conflict("not buried"));
+        }
+        done(std::move(found));
+      },
+      nullptr);
 }
 
 void LocalHome::Kick(Client* c, uint64_t bound, Reply<uint64_t> done) {
   e_.KickTube(c->use->name, bound, std::nullopt, std::move(done));
 }
 
-void LocalHome::PeekReady(Client* c, Reply<JobView> done) { done(e_.PeekReady(c)); }
+void LocalHome::PeekReady(Client* c, Reply<JobView> done) {
+  e_.PeekFirst(c, store::JobSet::kReady, std::move(done));
+}
 
-void LocalHome::PeekBuried(Client* c, Reply<JobView> done) { done(e_.PeekBuried(c)); }
+void LocalHome::PeekBuried(Client* c, Reply<JobView> done) {
+  e_.PeekFirst(c, store::JobSet::kBuried, std::move(done));
+}
 
 void LocalHome::PeekDelayed(const std::string& tube, Reply<JobView> done) {
   e_.PeekDelayedHere(tube, std::move(done));

@@ -24,9 +24,20 @@ void Engine::PeekReady(Client* c, Reply<JobView> done) { home_->PeekReady(c, std
 
 void Engine::PeekBuried(Client* c, Reply<JobView> done) { home_->PeekBuried(c, std::move(done)); }
 
-Result<JobView> Engine::PeekReady(Client* c) {
-  if (c->use->ready.empty()) return Status::NotFound("no ready job");
-  return View(**c->use->ready.begin());
+// The first job of the used tube's set; when that is in the store, once
+// the refill has read it.
+void Engine::PeekFirst(Client* c, store::JobSet s, Reply<JobView> done) {
+  Tube* t = c->use;
+  if (Job* j = FirstOf(t, s)) return done(View(*j));
+  if (t->windows[static_cast<int>(s)].cold == 0) {
+    return done(Status::NotFound(s == store::JobSet::kBuried ? "no buried job" : "no ready job"));
+  }
+  Pin(c);
+  WhenRefilled(t, s, [this, c, s, done = std::move(done)](const Status& read) mutable {
+    if (!Unpin(c)) return done(Status::Unavailable("the client hung up"));
+    if (!read.ok()) return done(read);
+    PeekFirst(c, s, std::move(done));
+  });
 }
 
 void Engine::PeekDelayed(Client* c, Reply<JobView> done) { PeekFar(c->use->name, std::move(done)); }
@@ -56,11 +67,6 @@ void Engine::PeekDelayedHere(const std::string& tube, Reply<JobView> done) {
           }
           done(Status::NotFound("no delayed job"));
         });
-}
-
-Result<JobView> Engine::PeekBuried(Client* c) {
-  if (c->use->buried.empty()) return Status::NotFound("no buried job");
-  return View(**c->use->buried.begin());
 }
 
 void Engine::StatsJob(uint64_t id, Reply<JobStats> done) {
@@ -104,11 +110,11 @@ Result<TubeStats> Engine::StatsTube(const std::string& name) const {
   if (t == nullptr) return Status::NotFound("no such tube");
   TubeStats s;
   s.name = t->name;
-  s.urgent = t->urgent;
+  s.urgent = t->urgent_count();
   s.ready = t->ready_count();
   s.reserved = t->reserved;
   s.delayed = t->delayed_count();
-  s.buried = t->buried.size();
+  s.buried = t->buried_count();
   s.total_jobs = t->total_jobs;
   s.using_count = t->using_count;
   s.watching_count = t->watching_count;
@@ -133,11 +139,11 @@ void Engine::TubeNames(Reply<std::vector<std::string>> done) { home_->TubeNames(
 EngineStats Engine::Stats() const {
   EngineStats s;
   for (auto& t : tubes_) {
-    s.urgent += t->urgent;
+    s.urgent += t->urgent_count();
     s.ready += t->ready_count();
     s.reserved += t->reserved;
     s.delayed += t->delayed_count();
-    s.buried += t->buried.size();
+    s.buried += t->buried_count();
   }
   s.total_jobs = total_jobs_;
   s.job_timeouts = job_timeouts_;
@@ -418,10 +424,12 @@ Result<TopicInfo> Engine::Topic(const std::string& name) const {
   info.ready = t->ready_count();
   info.delayed = t->delayed_count();
   info.reserved = t->reserved;
-  info.buried = t->buried.size();
+  info.buried = t->buried_count();
   info.total_jobs = t->total_jobs;
   info.paused = Paused(t);
   if (info.paused) info.pause_left_ms = (t->unpause_us - clock_.SteadyMicros()) / 1000;
+  // Of the ready jobs in memory: beyond a window, the oldest in the store
+  // may be older (due times are not the sets' order).
   int64_t oldest = 0;
   for (const auto* set : {&t->ready, &t->push_ready}) {
     for (const Job* j : *set) {
@@ -448,7 +456,9 @@ void Engine::Topic(const std::string& name, Reply<TopicInfo> done) {
 std::vector<std::string> Engine::PushReadyTopics() const {
   std::vector<std::string> out;
   for (auto& t : tubes_) {
-    if (!t->push_ready.empty() && !Paused(t.get())) out.push_back(t->name);
+    if (!Paused(t.get()) && (!t->push_ready.empty() || t->windows[1].cold > 0)) {
+      out.push_back(t->name);
+    }
   }
   return out;
 }

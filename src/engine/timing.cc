@@ -95,6 +95,9 @@ void Engine::Fire(EngineTimer* t) {
     case TimerKind::kInDoubt:
       ReadInDoubt();
       break;
+    case TimerKind::kWindow:
+      SettleWindows();
+      break;
   }
 }
 

@@ -21,6 +21,7 @@ void Engine::Detach(Job* j) {
     case JobState::kReady:
       (j->push() ? t->push_ready : t->ready).erase(j);
       if (j->priority < kUrgentThreshold) --t->urgent;
+      Left(t, SetOf(*j));
       break;
     case JobState::kDelayed:
       // Not in the set: placed beyond the horizon, for WriteDone to hand over.
@@ -36,6 +37,7 @@ void Engine::Detach(Job* j) {
     }
     case JobState::kBuried:
       t->buried.erase(j);
+      Left(t, store::JobSet::kBuried);
       break;
     case JobState::kPending:
     case JobState::kDone:
@@ -48,6 +50,7 @@ void Engine::MakeReady(Job* j) {
   j->state = JobState::kReady;
   if (j->priority < kUrgentThreshold) ++j->tube->urgent;
   (j->push() ? j->tube->push_ready : j->tube->ready).insert(j);
+  Entered(j);
   Emit(j->tube, JobEventKind::kReady, j);
 }
 
@@ -80,7 +83,8 @@ void Engine::PlaceDelayed(Job* j) {
 void Engine::Place(Job* j, StoredState state) {
   switch (state) {
     case StoredState::kBuried:
-      MakeBuried(j);
+      // Its stored place in kick order, when the store keeps one.
+      j->bury_seq != 0 ? Rebury(j) : MakeBuried(j);
       break;
     case StoredState::kDelayed:
       PlaceDelayed(j);
@@ -97,11 +101,14 @@ void Engine::MakeBuried(Job* j) {
   j->bury_seq = ++bury_seq_;
   j->state = JobState::kBuried;
   j->tube->buried.insert(j);
+  Entered(j);
 }
 
 void Engine::Rebury(Job* j) {
   j->state = JobState::kBuried;  // its bury_seq keeps its place in kick order
+  bury_seq_ = std::max(bury_seq_, j->bury_seq);
   j->tube->buried.insert(j);
+  Entered(j);
 }
 
 void Engine::CountFire(const Job& j) {
@@ -149,6 +156,7 @@ void Engine::Hold(Job* j, Client* holder, int64_t ttr_ms) {
   j->reserver = holder;
   ++j->tube->reserved;
   ++j->counters.reserves;
+  j->counts_unstored = true;
   j->deadline_us = clock_.SteadyMicros() + ttr_ms * 1000;
   holder->reserved.insert(j);
   Schedule(j->timer, TickAtSteady(j->deadline_us));

@@ -4,13 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "common/metrics.h"
+#include "common/status.h"
 #include "engine/job_state.h"
 #include "engine/spec.h"
 #include "store/job_record.h"
@@ -27,7 +30,7 @@ struct Client;
 
 // What a timer belongs to. EngineTimer is standard-layout with the node first,
 // so the wheel's TimerNode* converts back to it.
-enum class TimerKind : uint8_t { kJob, kClient, kTube, kLoader, kPushRetry, kInDoubt };
+enum class TimerKind : uint8_t { kJob, kClient, kTube, kLoader, kPushRetry, kInDoubt, kWindow };
 struct EngineTimer {
   wheel::TimerNode node;
   TimerKind kind = TimerKind::kJob;
@@ -70,6 +73,10 @@ struct Job {
   // One of those writes failed: once the last is answered, memory takes the
   // store's record again (Engine::Resync).
   bool diverged = false;
+  // Its reserve or timeout counts changed since its last write (a reserve,
+  // a ttr running out: not stored on one node). A job leaving memory for
+  // the store is written first (Engine::Evict).
+  bool counts_unstored = false;
   EngineTimer timer;  // due time when delayed, ttr deadline when reserved
   std::unique_ptr<JobExtra> extra;
   // Cluster mode: the row's version, which the job's next write requires
@@ -103,11 +110,35 @@ struct DeadlineOrder {
   }
 };
 struct BuryOrder {
-  bool operator()(const Job* a, const Job* b) const { return a->bury_seq < b->bury_seq; }
+  bool operator()(const Job* a, const Job* b) const {
+    return a->bury_seq != b->bury_seq ? a->bury_seq < b->bury_seq : a->id < b->id;
+  }
 };
 
 // Delayed jobs per due hour (store::DueHour): the due forecast's counts.
 using DueHours = std::map<int64_t, uint64_t>;
+
+// The part of one of a tube's sets (store::JobSet: ready, push-ready,
+// buried) that is in the store only (doc/engine.md, "Windows").
+struct Window {
+  uint64_t cold = 0;         // jobs of the set in the store only
+  uint64_t cold_urgent = 0;  // of them, ready ones with a priority below kUrgentThreshold
+  // While cold > 0: every job of the set whose key is at or before the edge
+  // is in memory, and every cold job's key is after it. So the set's first
+  // job in memory is the first of the whole set when its key is at or
+  // before the edge (Engine::FirstOf).
+  store::SetKey edge;
+  bool reading = false;  // a refill's read aside is in flight
+  // The least key of the jobs that went cold while the refill read: the
+  // rows read may predate them, so the edge stays below it.
+  std::optional<store::SetKey> floor;
+  // Calls waiting for the refill in flight (a peek, a kick), told whether it
+  // could read the store; and those that came while it was being read,
+  // which the next refill answers (it reads what they want).
+  std::vector<std::function<void(const Status&)>> waiting;
+  std::vector<std::function<void(const Status&)>> queued;
+  size_t want = 0;  // jobs the next refill reads at least (a kick's)
+};
 
 struct Tube {
   std::string name;
@@ -123,6 +154,8 @@ struct Tube {
   uint64_t urgent = 0;                // ready jobs with priority < kUrgentThreshold
   uint64_t total_jobs = 0;            // puts since start
   TopicCounters* counters = nullptr;  // the topic's metrics; null without Engine::SetMetrics
+  Window windows[store::kJobSets];    // by store::JobSet
+  bool window_due = false;            // Engine::SettleWindows looks at it next
   uint64_t deletes = 0;               // cmd-delete
   uint64_t pauses = 0;                // cmd-pause-tube
   uint32_t using_count = 0;
@@ -138,10 +171,18 @@ struct Tube {
   bool PausedAt(int64_t steady_us) const { return unpause_us > steady_us; }
   // What stats and topics count: ready jobs of either kind, and delayed ones
   // in memory or only in the store.
-  uint64_t ready_count() const { return ready.size() + push_ready.size(); }
+  // Ready and buried jobs are counted in memory and cold alike.
+  uint64_t ready_count() const {
+    return ready.size() + push_ready.size() + windows[0].cold + windows[1].cold;
+  }
+  uint64_t urgent_count() const { return urgent + windows[0].cold_urgent + windows[1].cold_urgent; }
+  uint64_t buried_count() const { return buried.size() + windows[2].cold; }
   uint64_t delayed_count() const { return delayed.size() + far_delayed; }
   uint64_t refs() const {
-    return jobs + far_delayed + using_count + watching_count + (permanent || settings ? 1 : 0);
+    uint64_t cold = 0;
+    for (const Window& w : windows) cold += w.cold + (w.reading ? 1 : 0);
+    return jobs + far_delayed + cold + using_count + watching_count +
+           (permanent || settings || window_due ? 1 : 0);
   }
 };
 

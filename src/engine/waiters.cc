@@ -6,16 +6,26 @@
 
 namespace delayd::engine {
 
+namespace {
+// How often a reserve whose time is up looks again while its job is read.
+constexpr int64_t kColdRecheckUs = 10'000;
+}  // namespace
+
 void Engine::Reserve(Client* c, int64_t timeout_ms) { home_->Reserve(c, timeout_ms); }
 
 void Engine::ReserveFromMemory(Client* c, int64_t timeout_ms) {
   bool any_ready = false;
   Job* best = nullptr;
+  bool cold = false;  // a watched tube's first ready job is in the store
   for (Tube* t : c->watch) {
-    if (t->ready.empty()) continue;
+    if (t->ready.empty() && t->windows[0].cold == 0) continue;
     any_ready = true;
     if (Paused(t)) continue;
-    Job* candidate = *t->ready.begin();
+    Job* candidate = FirstOf(t, store::JobSet::kReady);
+    if (candidate == nullptr) {
+      cold = true;
+      continue;
+    }
     if (best == nullptr || ReadyOrder()(candidate, best)) best = candidate;
   }
   // beanstalkd answers DEADLINE_SOON at once only when nothing is ready in
@@ -24,11 +34,12 @@ void Engine::ReserveFromMemory(Client* c, int64_t timeout_ms) {
     c->observer->OnDeadlineSoon();
     return;
   }
-  if (best != nullptr) {
+  // A cold job may come before `best`: wait for the refill (served then).
+  if (best != nullptr && !cold) {
     Grant(c, best);
     return;
   }
-  if (timeout_ms == 0) {
+  if (timeout_ms == 0 && !cold) {
     c->observer->OnReserveTimedOut();
     return;
   }
@@ -40,8 +51,10 @@ void Engine::ReserveFromMemory(Client* c, int64_t timeout_ms) {
 }
 
 void Engine::Serve(Tube* t) {
-  while (!Paused(t) && !t->waiters.empty() && !t->ready.empty()) {
-    Grant(t->waiters.front(), *t->ready.begin());
+  while (!Paused(t) && !t->waiters.empty()) {
+    Job* j = FirstOf(t, store::JobSet::kReady);
+    if (j == nullptr) break;
+    Grant(t->waiters.front(), j);
   }
 }
 
@@ -88,6 +101,12 @@ void Engine::CheckClient(Client* c) {
     StopWaiting(c);
     c->observer->OnDeadlineSoon();
   } else if (c->wait_until_us >= 0 && clock_.SteadyMicros() >= c->wait_until_us) {
+    if (ColdReadyFor(c)) {
+      // A job is ready, in the store: the refill serves it. A reserve never
+      // times out while a watched tube has a ready job.
+      Schedule(c->timer, TickAtSteady(clock_.SteadyMicros() + kColdRecheckUs));
+      return;
+    }
     StopWaiting(c);
     c->observer->OnReserveTimedOut();
   } else {

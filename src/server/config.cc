@@ -42,6 +42,7 @@ Status LoadToml(const std::string& path, Config& config) {
                                                "max-job-size",
                                                "max-connections",
                                                "horizon-ms",
+                                               "ready-window",
                                                "log-level",
                                                "http",
                                                "grpc",
@@ -122,6 +123,7 @@ Status LoadToml(const std::string& path, Config& config) {
   if (Status s = integer("max-job-size", config.max_job_size, 0); !s.ok()) return s;
   if (Status s = integer("max-connections", config.max_connections, 1); !s.ok()) return s;
   if (Status s = integer("horizon-ms", config.horizon_ms, 1000); !s.ok()) return s;
+  if (Status s = integer("ready-window", config.ready_window, 0); !s.ok()) return s;
   if (Status s = integer("lease-ms", config.lease_ms, kMinLeaseMs); !s.ok()) return s;
   if (Status s = integer("max-batch", config.max_batch, 1); !s.ok()) return s;
   if (Status s = integer("max-request-bytes", config.max_request_bytes, 1024); !s.ok()) return s;
@@ -249,6 +251,10 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--horizon-ms", c.horizon_ms,
                  "Delayed jobs due within this many ms are held in memory (default 60000)")
       ->check(CLI::Range(int64_t{1000}, int64_t{86'400'000}));
+  app.add_option("--ready-window", c.ready_window,
+                 "Ready jobs of each kind and buried jobs held in memory per tube; the rest wait "
+                 "on disk, read back in order (default 4096; 0: all in memory)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
   app.add_option("--http", c.http,
                  "Serve the HTTP API on HOST:PORT; port 0 picks a free port; \"off\" disables it "
                  "(default 127.0.0.1:8080)");
@@ -394,6 +400,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!given("--max-job-size") && !given("-z")) c.max_job_size = file.max_job_size;
     if (!given("--max-connections")) c.max_connections = file.max_connections;
     if (!given("--horizon-ms")) c.horizon_ms = file.horizon_ms;
+    if (!given("--ready-window")) c.ready_window = file.ready_window;
     if (!given("--log-level")) c.log_level = file.log_level;
     if (!given("--http")) c.http = file.http;
     if (!given("--grpc")) c.grpc = file.grpc;

@@ -28,6 +28,9 @@ struct Config {
   uint64_t max_job_size = engine::kDefaultMaxJobBytes;
   uint64_t max_connections = 10000;
   int64_t horizon_ms = 60'000;
+  // Ready jobs of each kind and buried jobs held in memory per tube; the
+  // rest wait in the store (doc/engine.md, "Windows"). 0: all in memory.
+  uint64_t ready_window = 4096;
   std::string log_level = "info";
   std::string http = "127.0.0.1:8080";  // "off": no HTTP API
   std::string grpc = "off";             // HOST:PORT: the gRPC API (doc/grpc.md)

@@ -202,6 +202,17 @@ TEST_F(TomlTest, FileSetsKeysAndFlagsWin) {
   EXPECT_EQ(a.config.max_deliveries, 32u);
 }
 
+TEST_F(TomlTest, TheReadyWindowComesFromAFlagOrTheFile) {
+  EXPECT_EQ(Parse({}).config.ready_window, 4096u);
+  EXPECT_EQ(Parse({"--ready-window", "0"}).config.ready_window, 0u) << "0: all in memory";
+  EXPECT_TRUE(Parse({"--ready-window", "-1"}).exit);
+  std::string p = Write("ready-window = 64\n");
+  EXPECT_EQ(Parse({"--config", p}).config.ready_window, 64u);
+  EXPECT_EQ(Parse({"--config", p, "--ready-window", "8"}).config.ready_window, 8u);
+  Config c;
+  EXPECT_FALSE(LoadToml(Write("ready-window = -5\n"), c).ok());
+}
+
 TEST_F(TomlTest, TheStoreComesFromTheFileUnlessTheFlagGivesIt) {
   EXPECT_TRUE(Parse({}).config.store.empty()) << "SQLite unless told";
   std::string p = Write("store = \"postgres://delayd@db:5432/jobs\"\n");

@@ -206,6 +206,7 @@ Status Server::Start() {
 
   engine::EngineOptions eo;
   eo.horizon_ms = config_.horizon_ms;
+  eo.ready_window = config_.ready_window;
   eo.done_retention_ms = config_.done_retention_ms;
   engine_ =
       std::make_unique<engine::Engine>(*store_, clock_, eo, [this](int64_t at) { ArmTimer(at); });

@@ -1,6 +1,7 @@
 // JobRecord: a job as the store keeps it. Units are in the field names.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <string>
 
@@ -62,6 +63,9 @@ struct JobRecord {
   std::string attempt_log;  // JSON array of the latest delivery attempts; empty: none
   std::string last_error;   // why the last attempt failed; empty: none
   std::string body;         // an update never rewrites body, key or spec
+  // A buried job's place in kick order (larger: buried later); 0 otherwise.
+  // Kept by a store that ScansSets (Store::ScansSets).
+  uint64_t bury_seq = 0;
 
   // Cluster mode only (PostgreSQL; SQLite keeps none of these).
   // The row's version, raised by every change: a write made on what was read
@@ -73,6 +77,20 @@ struct JobRecord {
   // A push job (its spec has a target): delivered by the owner of its shard,
   // never claimed by a consumer. Set by the engine on every write.
   bool push = false;
+};
+
+// A tube's ready or buried jobs that the engine may keep in the store beyond
+// a window of them in memory (doc/engine.md, "Windows"). Ready jobs of each
+// kind in beanstalkd's order, priority then id; buried ones in bury order.
+enum class JobSet : uint8_t { kReady = 0, kPushReady = 1, kBuried = 2 };
+inline constexpr int kJobSets = 3;
+
+// A place in a JobSet's order: (priority, id) for ready jobs, (bury_seq, id)
+// for buried ones. Ids are unique, so no two jobs share a key.
+struct SetKey {
+  uint64_t major = 0;
+  uint64_t id = 0;
+  friend auto operator<=>(const SetKey&, const SetKey&) = default;
 };
 
 // The latest wall time a job may carry: 9999-12-31T23:59:59.999Z, the last

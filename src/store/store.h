@@ -250,9 +250,23 @@ struct TubeSettings {
   std::string settings;  // stored form of engine::TopicSettings
 };
 
+// How many jobs one set of one tube holds in the store.
+struct SetCount {
+  std::string tube;
+  JobSet set = JobSet::kReady;
+  uint64_t jobs = 0;
+  uint64_t urgent = 0;  // ready jobs with a priority below 1024 (beanstalkd's urgent)
+};
+
 // What recovery hands the engine: everything it must hold in memory.
 struct Recovered {
-  std::vector<JobRecord> jobs;    // ready, buried, and delayed due through the horizon minute
+  // Delayed jobs due through the horizon minute; and, from a store that
+  // does not ScanSets, every ready and buried job.
+  std::vector<JobRecord> jobs;
+  // From a store that ScanSets: its ready and buried jobs, counted per tube
+  // and set (ScanSet reads them), and the largest bury_seq stored.
+  std::vector<SetCount> sets;
+  uint64_t max_bury_seq = 0;
   std::vector<FarCount> far;      // delayed jobs due after the horizon minute, by tube and hour
   std::vector<TubePause> pauses;  // pauses not yet over
   std::vector<TubeSettings> settings;
@@ -298,8 +312,20 @@ class Store {
   virtual ~Store() = default;
 
   // Reads all state needed at start. Jobs due at or before minute
-  // `horizon_minute` come back whole; later delayed jobs only as counts.
+  // `horizon_minute` come back whole; later delayed jobs only as counts;
+  // ready and buried jobs as counts when the store ScanSets, else whole.
   virtual Result<Recovered> Recover(int64_t horizon_minute) = 0;
+
+  // Whether the store reads a tube's ready and buried jobs in their order
+  // (ScanSet, Recovered::sets), so that the engine need not hold them all.
+  virtual bool ScansSets() const { return false; }
+  // Up to `limit` jobs of `set` in `tube` whose key comes after `after`, in
+  // the set's order. Only a store that ScansSets answers.
+  virtual Result<std::vector<JobRecord>> ScanSet(const std::string& tube, JobSet set, SetKey after,
+                                                 size_t limit) {
+    (void)tube, (void)set, (void)after, (void)limit;
+    return Status::Internal("this store does not scan sets");
+  }
 
   // Queues a mutation (thread-safe). `done` runs on the completion executor.
   virtual void Submit(Mutation m, Done done) = 0;

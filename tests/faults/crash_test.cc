@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -375,8 +376,8 @@ void CrashCycles(DelaydServer& server, int cycles, const char* what,
       // A finish or bury the crash undid: the job is ready again, as its
       // reservation was. Allowed only within the loss window.
       if (e.written_at && (e.deleted || e.buried) && state == "ready") {
-        const auto age = std::chrono::duration_cast<std::chrono::microseconds>(
-            crashed_at - *e.written_at);
+        const auto age =
+            std::chrono::duration_cast<std::chrono::microseconds>(crashed_at - *e.written_at);
         ASSERT_LT(age, written_loss) << "a " << (e.deleted ? "delete" : "bury") << " answered "
                                      << age.count() << " us before the crash came back";
         ++back;
@@ -424,10 +425,11 @@ void CrashCycles(DelaydServer& server, int cycles, const char* what,
         push.fires());
     total_back += back;
   }
-  std::printf("%s: %llu finishes or buries brought back, answered at most %.1f ms before the "
-              "crash (allowed: %lld ms)\n",
-              what, static_cast<unsigned long long>(total_back), oldest_back.count() / 1000.0,
-              static_cast<long long>(written_loss.count()));
+  std::printf(
+      "%s: %llu finishes or buries brought back, answered at most %.1f ms before the "
+      "crash (allowed: %lld ms)\n",
+      what, static_cast<unsigned long long>(total_back), oldest_back.count() / 1000.0,
+      static_cast<long long>(written_loss.count()));
   std::printf(
       "%s: %d cycles, %llu puts, %llu HTTP jobs, %llu deletes, %llu buries acknowledged, none "
       "lost; %zu push jobs delivered (%zu requests), none of the %zu whose success was "
@@ -498,6 +500,38 @@ size_t CountPresent(Client& c, const std::vector<uint64_t>& ids) {
 // before its sync (with the largest delay, a cut right after brings every
 // one back), and is synced once the delay has passed (with 10 ms, a cut a
 // second later brings none back). Puts are never lost either way.
+// The same, with ready and buried jobs beyond windows of 8 (issue 34):
+// most of them are in the store only when the crash comes, and recovery
+// reads windows and counts, not every job.
+TEST(CrashTest, KillNineLosesNothingBeyondTheWindows) {
+  std::string dir = MakeTempDir("delayd-crash-window");
+  {
+    DelaydServer server(dir + "/data", {"--ready-window", "8"});
+    CrashCycles(server, Cycles(), "kill -9, windows of 8", [&] { server.Kill9(); });
+    // Some restart found jobs beyond the windows (the log counts them); on
+    // PostgreSQL every ready and buried job stays in memory (doc/engine.md).
+    if (!DelaydServer::OnPostgres()) {
+      EXPECT_TRUE(std::regex_search(server.log(),
+                                    std::regex("[1-9][0-9]* ready or buried beyond the windows")))
+          << server.log().substr(0, 2000);
+    }
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+TEST(CrashTest, PowerLossLosesNothingBeyondTheWindows) {
+  std::string dir = MakeTempDir("delayd-powerloss-window");
+  {
+    DelaydServer server(dir + "/data", {"--ready-window", "8"}, PowerLossEnv());
+    CrashCycles(
+        server, Cycles(), "power loss, windows of 8", [&] { server.Kill9(); },
+        std::chrono::milliseconds(500));
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
 TEST(CrashTest, APowerCutBringsBackOnlyDeletesWithinTheSyncDelay) {
   std::string dir = MakeTempDir("delayd-syncdelay");
   std::vector<uint64_t> put;

@@ -50,11 +50,30 @@ CREATE TABLE IF NOT EXISTS meta (
 )sql";
 
 // Columns added after the first release (0.1.0); a database from then gets
-// them on open. NULL stands for "none", so plain jobs cost no bytes for them.
-constexpr const char* kAddedColumns[][2] = {
-    {"jobs", "key TEXT"},          {"jobs", "spec TEXT"},       {"jobs", "attempt_log TEXT"},
-    {"jobs", "last_error TEXT"},   {"jobs", "done_ms INTEGER"}, {"tubes", "settings TEXT"},
-    {"jobs", "run_at_ms INTEGER"},
+// them on open, with the backfill that gives rows from before their value.
+// NULL stands for "none", so plain jobs cost no bytes for them.
+struct AddedColumn {
+  const char* table;
+  const char* column;
+  const char* backfill;  // null: none
+};
+constexpr AddedColumn kAddedColumns[] = {
+    {"jobs", "key TEXT", nullptr},
+    {"jobs", "spec TEXT", nullptr},
+    {"jobs", "attempt_log TEXT", nullptr},
+    {"jobs", "last_error TEXT", nullptr},
+    {"jobs", "done_ms INTEGER", nullptr},
+    {"tubes", "settings TEXT", nullptr},
+    {"jobs", "run_at_ms INTEGER", nullptr},
+    // 0.4: ready and buried jobs beyond the engine's windows are read back
+    // in their order (doc/engine.md, "Windows"): push jobs apart from pull
+    // ones (a stored spec with a target is a push job, spec_codec.cc), and
+    // buried jobs in bury order, which before was memory's only; rows from
+    // before come back in id order, as a restart brought them back then.
+    {"jobs", "push INTEGER NOT NULL DEFAULT 0",
+     "UPDATE jobs SET push = 1 WHERE spec IS NOT NULL AND CASE WHEN json_valid(spec) THEN "
+     "coalesce(json_type(spec, '$.target'), 'null') <> 'null' ELSE 0 END"},
+    {"jobs", "bury_seq INTEGER", "UPDATE jobs SET bury_seq = id WHERE state = 2"},
 };
 
 // Indexes over the added columns. Done jobs are purged in finish order, so
@@ -66,6 +85,11 @@ CREATE INDEX IF NOT EXISTS jobs_done ON jobs(done_ms) WHERE state = 3;
 -- order without reading every job (bench/console).
 CREATE INDEX IF NOT EXISTS jobs_buried ON jobs(id) WHERE state = 2;
 CREATE INDEX IF NOT EXISTS jobs_erred ON jobs(id) WHERE last_error IS NOT NULL;
+-- The engine's windows (ScanSet): each tube's ready jobs of either kind in
+-- beanstalkd's order, and its buried jobs in bury order.
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(tube, pri, id) WHERE state = 0 AND push = 0;
+CREATE INDEX IF NOT EXISTS jobs_push ON jobs(tube, pri, id) WHERE state = 0 AND push = 1;
+CREATE INDEX IF NOT EXISTS jobs_buried_seq ON jobs(tube, bury_seq, id) WHERE state = 2;
 )sql";
 
 // Recurring timers and the fires they handled. The primary key of
@@ -91,7 +115,7 @@ CREATE TABLE IF NOT EXISTS timer_fires (
 )sql";
 
 Status AddMissingColumns(sqlite3* db) {
-  for (const auto& [table, column] : kAddedColumns) {
+  for (const auto& [table, column, backfill] : kAddedColumns) {
     std::string name(column, std::string_view(column).find(' '));
     Stmt q;
     Status s = q.Prepare(db, std::string("SELECT 1 FROM pragma_table_info('") + table +
@@ -102,6 +126,7 @@ Status AddMissingColumns(sqlite3* db) {
     if (!s.ok()) return s;
     if (!present) {
       s = Exec(db, (std::string("ALTER TABLE ") + table + " ADD COLUMN " + column).c_str());
+      if (s.ok() && backfill != nullptr) s = Exec(db, backfill);
       if (!s.ok()) return s;
     }
   }
@@ -110,11 +135,16 @@ Status AddMissingColumns(sqlite3* db) {
 
 }  // namespace
 
+// One transaction: a column is never added without its backfill.
 Status MakeSchema(sqlite3* db) {
-  Status s = Exec(db, kSchema);
+  Status s = Exec(db, "BEGIN IMMEDIATE");
+  if (!s.ok()) return s;
+  s = Exec(db, kSchema);
   if (s.ok()) s = AddMissingColumns(db);
   if (s.ok()) s = Exec(db, kIndexes);
   if (s.ok()) s = Exec(db, kTimerSchema);
+  if (s.ok()) return Exec(db, "COMMIT");
+  (void)Exec(db, "ROLLBACK");
   return s;
 }
 

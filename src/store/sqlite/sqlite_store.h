@@ -59,6 +59,9 @@ class SqliteStore final : public Store, private CommitQueue::Backend {
                                           const std::optional<std::string>& tube) override;
   Result<std::vector<JobRecord>> LoadMinute(int64_t minute, uint64_t after_id,
                                             size_t limit) override;
+  bool ScansSets() const override { return true; }
+  Result<std::vector<JobRecord>> ScanSet(const std::string& tube, JobSet set, SetKey after,
+                                         size_t limit) override;
   Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
                                             size_t limit) override;
   Result<std::optional<TimerRecord>> GetTimer(uint64_t id) override;

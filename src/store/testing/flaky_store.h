@@ -56,6 +56,12 @@ class FlakyStore final : public Store {
                                           const std::optional<std::string>& tube) override {
     return real_.DueCounts(now, from, width, n, tube);
   }
+  bool ScansSets() const override { return real_.ScansSets(); }
+  Result<std::vector<JobRecord>> ScanSet(const std::string& tube, JobSet set, SetKey after,
+                                         size_t limit) override {
+    if (reads_failing) return Status::IoError("injected read failure");
+    return real_.ScanSet(tube, set, after, limit);
+  }
   Result<std::vector<JobRecord>> LoadMinute(int64_t m, uint64_t a, size_t l) override {
     last_load_minute_ = m;
     if (reads_failing) return Status::IoError("injected read failure");

@@ -64,13 +64,24 @@ class MemoryStore final : public Store {
   Result<Recovered> Recover(int64_t horizon_minute) override {
     Recovered r;
     std::map<std::pair<std::string, int64_t>, uint64_t> far;
+    std::map<std::pair<std::string, JobSet>, SetCount> sets;
     for (const auto& [id, j] : written_.jobs) {
       if (j.state == StoredState::kDone) continue;
       if (j.state == StoredState::kDelayed && DueMinute(j.due_ms) > horizon_minute) {
         ++far[{j.tube, DueHour(j.due_ms)}];
+      } else if (std::optional<JobSet> set = SetOf(j)) {
+        SetCount& c = sets[{j.tube, *set}];
+        ++c.jobs;
+        c.urgent += *set != JobSet::kBuried && j.priority < 1024 ? 1 : 0;
+        r.max_bury_seq = std::max(r.max_bury_seq, j.bury_seq);
       } else {
         r.jobs.push_back(j);
       }
+    }
+    for (auto& [at, c] : sets) {
+      c.tube = at.first;
+      c.set = at.second;
+      r.sets.push_back(c);
     }
     for (const auto& [at, n] : far) r.far.push_back({at.first, at.second, n});
     for (const auto& [tube, p] : written_.pauses) r.pauses.push_back(p);
@@ -163,6 +174,21 @@ class MemoryStore final : public Store {
     }
     return out;
   }
+  bool ScansSets() const override { return true; }
+  Result<std::vector<JobRecord>> ScanSet(const std::string& tube, JobSet set, SetKey after,
+                                         size_t limit) override {
+    std::vector<std::pair<SetKey, const JobRecord*>> found;
+    for (const auto& [id, j] : written_.jobs) {
+      if (j.tube != tube || SetOf(j) != set) continue;
+      const SetKey key = KeyOf(j);
+      if (key > after) found.emplace_back(key, &j);
+    }
+    std::sort(found.begin(), found.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<JobRecord> out;
+    for (size_t i = 0; i < found.size() && i < limit; ++i) out.push_back(*found[i].second);
+    return out;
+  }
   Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
                                             size_t limit) override {
     std::vector<JobRecord> out;
@@ -228,6 +254,16 @@ class MemoryStore final : public Store {
   }
 
  private:
+  // The set a stored job is in, as SqliteStore's indexes see it.
+  static std::optional<JobSet> SetOf(const JobRecord& j) {
+    if (j.state == StoredState::kBuried) return JobSet::kBuried;
+    if (j.state != StoredState::kReady) return std::nullopt;
+    return j.push ? JobSet::kPushReady : JobSet::kReady;
+  }
+  static SetKey KeyOf(const JobRecord& j) {
+    return {j.state == StoredState::kBuried ? j.bury_seq : j.priority, j.id};
+  }
+
   struct State {
     std::map<uint64_t, JobRecord> jobs;
     std::map<std::string, TubePause> pauses;
