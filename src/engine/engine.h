@@ -2,10 +2,12 @@
 // buried), with beanstalkd's semantics, over a Store that is the source of
 // truth.
 //
-// Memory holds the clock, not the data: ready, reserved and buried jobs and
-// delayed jobs due within the horizon live in memory; later delayed jobs live
-// only in the store (counted per tube) until the loader brings their due
-// minute into memory, minute by minute, as time advances.
+// Memory holds the clock, not the data: reserved jobs, delayed jobs due
+// within the horizon, and each tube's ready and buried jobs up to a window
+// (EngineOptions::ready_window) live in memory; later delayed jobs live only
+// in the store (counted per tube) until the loader brings their due minute
+// into memory, minute by minute, as time advances, and ready and buried jobs
+// beyond the windows until the windows drain to them (windows.cc).
 //
 // Durability: every acknowledged put, delete, release, bury, kick and pause is
 // in the store first. The engine changes memory at once and calls `done` when
@@ -20,15 +22,16 @@
 // path), transitions.cc (the state machine), commands.cc (what clients ask
 // for), reads.cc, waiters.cc (blocked reserves), timing.cc (ticks and the
 // wheel), horizon.cc (recovery, the loader, jobs beyond the horizon),
-// local_home.cc and shared_home*.cc (the two homes).
+// windows.cc (ready and buried jobs beyond their windows), local_home.cc and
+// shared_home*.cc (the two homes).
 //
-// Reads: jobs memory does not hold (delayed beyond the horizon, done, or
-// looked up by key) are read from the store aside (Store::ReadAside), so
-// that the event loop never waits for a store across the network; the calls
-// that may need one answer through a callback, at once when memory has the
-// answer. A row read aside may be older than a change memory made meanwhile:
-// the engine notes the jobs that leave memory while reads are in flight, and
-// reads again a row of such a job.
+// Reads: jobs memory does not hold (delayed beyond the horizon, ready or
+// buried beyond a window, done, or looked up by key) are read from the store
+// aside (Store::ReadAside), so that the event loop never waits for a store
+// across the network; the calls that may need one answer through a callback,
+// at once when memory has the answer. A row read aside may be older than a
+// change memory made meanwhile: the engine notes the jobs that leave memory
+// while reads are in flight, and reads again a row of such a job.
 //
 // Where jobs live between transitions is the engine's JobHome (job_home.h):
 // memory and the horizon as above (LocalHome), or in cluster mode
