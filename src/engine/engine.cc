@@ -32,6 +32,7 @@ Engine::Engine(store::Store& store, const Clock& clock, EngineOptions options, W
   home_ = std::make_unique<LocalHome>(*this);
   in_doubt_timer_.kind = TimerKind::kInDoubt;
   window_timer_.kind = TimerKind::kWindow;
+  window_retry_timer_.kind = TimerKind::kWindow;
   FindOrMakeTube(kDefaultTube)->permanent = true;
   // Internal holders of reservations: they use and watch no tube, so they
   // never show in beanstalk stats, and never wait.

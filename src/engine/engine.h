@@ -624,6 +624,10 @@ class Engine {
   size_t window_ = 0;
   std::vector<Tube*> windows_due_;  // tubes whose window_due is set
   EngineTimer window_timer_;
+  // A refill's read failed: the tube is looked at again a second later (or
+  // sooner, on activity), and the failure logged once until a read succeeds.
+  EngineTimer window_retry_timer_;
+  bool window_read_failing_ = false;
   bool reading_in_doubt_ = false;
   bool loading_ = false;       // a read of the loader is in flight
   bool load_failing_ = false;  // the last read failed (logged once until one succeeds)

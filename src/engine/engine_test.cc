@@ -1369,6 +1369,34 @@ TEST_P(WindowTest, AReserveWaitsForTheRefillNotForItsTimeout) {
   EXPECT_EQ(ReserveNow(r, c), 0u);  // and then nothing is left
 }
 
+// A refill whose read fails answers a waiting peek with the error, keeps a
+// reserve waiting (its job is ready, in the store), and is tried again a
+// second later, not in a loop; once the store reads again, the reserve is
+// served the next job in order.
+TEST_P(WindowTest, AFailedRefillIsAnsweredAndTriedAgainLater) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back(Put(c, "j", 0, 1));
+  Settle();
+  flaky_->reads_failing = true;
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(ReserveNow(r, c), ids[i]);
+    ASSERT_TRUE(Done([&](auto done) { engine_->Delete(c, ids[i], done); }).ok());
+  }
+  auto peek = Pumped<JobView>([&](auto done) { engine_->PeekReady(c, done); });
+  EXPECT_EQ(peek.status().code(), StatusCode::kIoError) << peek.status().ToString();
+  engine_->Reserve(c, 0);
+  const size_t scans = flaky_->set_scans;
+  for (int i = 0; i < 50; ++i) Pump();
+  EXPECT_TRUE(r.events.empty()) << r.events.front();
+  EXPECT_LE(flaky_->set_scans, scans + 1) << "a failed refill is tried again in a loop";
+  flaky_->reads_failing = false;
+  Advance(1100);
+  PumpUntil([&] { return !r.events.empty(); });
+  EXPECT_EQ(r.Take(), "reserved " + std::to_string(ids[4]) + " j");
+}
+
 INSTANTIATE_TEST_SUITE_P(Reads, WindowTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Deferred" : "AtOnce"; });
 

@@ -27,6 +27,9 @@ namespace {
 // unique and at least 1.
 SetKey Before(SetKey k) { return {k.major, k.id - 1}; }
 
+// How long a refill whose read failed waits before trying again.
+constexpr int64_t kRefillRetryUs = 1'000'000;
+
 SetKey KeyOfRecord(const JobRecord& r, JobSet s) {
   return {s == JobSet::kBuried ? r.bury_seq : r.priority, r.id};
 }
@@ -191,14 +194,24 @@ void Engine::Refilled(Tube* t, JobSet s, SetKey after, size_t limit,
   std::vector<std::function<void(const Status&)>> waiting;
   waiting.swap(w.waiting);
   if (!rows.ok()) {
-    spdlog::error("tube {}: reading its {} jobs beyond the window: {}; retrying", t->name,
-                  s == JobSet::kBuried ? "buried" : "ready", rows.status().ToString());
+    if (!window_read_failing_) {
+      spdlog::error("tube {}: reading its {} jobs beyond the window: {}; retrying every second",
+                    t->name, s == JobSet::kBuried ? "buried" : "ready", rows.status().ToString());
+    }
+    window_read_failing_ = true;
     for (auto& then : waiting) then(rows.status());
     for (auto& then : std::exchange(w.queued, {})) then(rows.status());
-    // Tried again on the next look at the tube (a take, a write, a timer).
-    WindowDue(t);
+    // Tried again in a second, or sooner on the next look at the tube (a
+    // take, a write), never in a loop of its own.
+    if (!t->window_due) {
+      t->window_due = true;
+      windows_due_.push_back(t);
+    }
+    Schedule(window_retry_timer_, TickAtSteady(clock_.SteadyMicros() + kRefillRetryUs));
     return;
   }
+  if (window_read_failing_) spdlog::info("tube {}: reading jobs beyond the window again", t->name);
+  window_read_failing_ = false;
   SetKey edge = after;
   bool stopped = false;
   for (const JobRecord& r : *rows) {

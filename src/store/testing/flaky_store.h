@@ -59,6 +59,7 @@ class FlakyStore final : public Store {
   bool ScansSets() const override { return real_.ScansSets(); }
   Result<std::vector<JobRecord>> ScanSet(const std::string& tube, JobSet set, SetKey after,
                                          size_t limit) override {
+    ++set_scans;
     if (reads_failing) return Status::IoError("injected read failure");
     return real_.ScanSet(tube, set, after, limit);
   }
@@ -111,6 +112,7 @@ class FlakyStore final : public Store {
   bool failing = false;
   bool reads_failing = false;
   bool defer_reads = false;
+  size_t set_scans = 0;  // ScanSet calls, failed ones too
   // Submissions forwarded and not yet answered.
   size_t pending() const { return pending_; }
 
