@@ -538,6 +538,10 @@ class Engine {
   // comes in between.
   void WhenRefilled(Tube* t, store::JobSet s, std::function<void(const Status&)> then,
                     size_t want = 0);
+  // The set's read ahead `n` was answered: taken, unless it was already.
+  void AheadAnswered(const std::string& tube, store::JobSet s, uint64_t n);
+  // Takes the set's read ahead in flight, waiting for its rows if need be.
+  void TakeAhead(Tube* t, store::JobSet s);
   void SettleWindows();
   void Evict(Tube* t, store::JobSet s);
   void Refill(Tube* t, store::JobSet s);
@@ -628,6 +632,7 @@ class Engine {
   // sooner, on activity), and the failure logged once until a read succeeds.
   EngineTimer window_retry_timer_;
   bool window_read_failing_ = false;
+  uint64_t aheads_ = 0;  // reads ahead made (Window::Ahead::n)
   bool reading_in_doubt_ = false;
   bool loading_ = false;       // a read of the loader is in flight
   bool load_failing_ = false;  // the last read failed (logged once until one succeeds)

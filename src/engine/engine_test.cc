@@ -1397,6 +1397,34 @@ TEST_P(WindowTest, AFailedRefillIsAnsweredAndTriedAgainLater) {
   EXPECT_EQ(r.Take(), "reserved " + std::to_string(ids[4]) + " j");
 }
 
+// A refill read ahead on the store's thread (SQLite's) is taken at once by a
+// peek that cannot wait for it, so that no later command of the client comes
+// in between; the read's own answer, when it runs, changes nothing.
+TEST_P(WindowTest, APeekTakesARefillReadAheadAtOnce) {
+  if (GetParam()) GTEST_SKIP() << "reads held back go aside, not ahead";
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back(Put(c, "j" + std::to_string(i), 0, 1));
+  Settle();
+  // The window's four, reserved without a turn of the loop in between.
+  for (size_t i = 0; i < 4; ++i) {
+    engine_->Reserve(c, 0);
+    ASSERT_EQ(r.Take(), "reserved " + std::to_string(ids[i]) + " j" + std::to_string(i));
+  }
+  const size_t scans = flaky_->set_scans;
+  engine_->Tick();  // the window settles: its refill is read ahead
+  ASSERT_EQ(flaky_->set_scans, scans + 1);
+  std::optional<Result<JobView>> peek;
+  engine_->PeekReady(c, [&](Result<JobView> v) { peek.emplace(std::move(v)); });
+  ASSERT_TRUE(peek.has_value()) << "the peek waited for the read's answer";
+  ASSERT_TRUE(peek->ok()) << peek->status().ToString();
+  EXPECT_EQ((*peek)->id, ids[4]);
+  Settle();
+  for (size_t i = 4; i < ids.size(); ++i) EXPECT_EQ(ReserveNow(r, c), ids[i]);
+  EXPECT_EQ(ReserveNow(r, c), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Reads, WindowTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Deferred" : "AtOnce"; });
 

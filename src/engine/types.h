@@ -19,6 +19,10 @@
 #include "store/job_record.h"
 #include "wheel/timing_wheel.h"
 
+namespace delayd::store {
+class SetRead;  // store/store.h
+}  // namespace delayd::store
+
 namespace delayd::engine {
 
 // Microseconds to whole milliseconds, rounded up (for wall times >= 0).
@@ -128,7 +132,18 @@ struct Window {
   // job in memory is the first of the whole set when its key is at or
   // before the edge (Engine::FirstOf).
   store::SetKey edge;
-  bool reading = false;  // a refill's read aside is in flight
+  bool reading = false;  // a refill's read (aside or ahead) is in flight
+  // A refill's read ahead (Store::ScanSetAhead) in flight, with what it
+  // asked: taken when it is answered, or at once by a call that cannot wait
+  // (Engine::WhenRefilled).
+  struct Ahead {
+    std::shared_ptr<store::SetRead> read;
+    store::SetKey after;
+    size_t limit = 0;
+    uint64_t since = 0;  // the leave log's mark (Engine::LeftSince)
+    uint64_t n = 0;      // which read: its answer may come after it was taken
+  };
+  std::optional<Ahead> ahead;
   // The least key of the jobs that went cold while the refill read: the
   // rows read may predate them, so the edge stays below it.
   std::optional<store::SetKey> floor;

@@ -111,6 +111,9 @@ void Engine::WindowDue(Tube* t) {
 
 void Engine::WhenRefilled(Tube* t, JobSet s, std::function<void(const Status&)> then, size_t want) {
   Window& w = WindowOf(t, s);
+  // A read ahead is taken now rather than waited for: on a store that reads
+  // at once otherwise, no later command of a client may come in between.
+  if (w.ahead) TakeAhead(t, s);
   if (w.cold == 0) return then(Status::Ok());
   w.want = std::max(w.want, want);
   if (w.reading) return w.queued.push_back(std::move(then));  // the next read's
@@ -175,11 +178,39 @@ void Engine::Refill(Tube* t, JobSet s) {
   w.reading = true;
   w.floor.reset();
   const SetKey after = w.edge;
+  if (w.waiting.empty()) {
+    // Nobody waits: read on the store's thread for it, if it has one, while
+    // the window's first jobs still serve.
+    const uint64_t since = left_.Begin();
+    const uint64_t n = ++aheads_;
+    auto read = store_.ScanSetAhead(t->name, s, after, limit,
+                                    [this, tube = t->name, s, n] { AheadAnswered(tube, s, n); });
+    if (read) {
+      w.ahead = Window::Ahead{std::move(read), after, limit, since, n};
+      return;
+    }
+    left_.End(since);
+  }
   Aside([&store = store_, tube = t->name, s, after,
          limit] { return store.ScanSet(tube, s, after, limit); },
         [this, t, s, after, limit](Result<std::vector<JobRecord>> rows, uint64_t since) {
           Refilled(t, s, after, limit, std::move(rows), since);
         });
+}
+
+void Engine::AheadAnswered(const std::string& tube, JobSet s, uint64_t n) {
+  Tube* t = FindTube(tube);
+  if (t == nullptr) return;
+  const Window& w = WindowOf(t, s);
+  if (w.ahead && w.ahead->n == n) TakeAhead(t, s);
+}
+
+void Engine::TakeAhead(Tube* t, JobSet s) {
+  Window& w = WindowOf(t, s);
+  Window::Ahead a = std::move(*w.ahead);
+  w.ahead.reset();
+  Refilled(t, s, a.after, a.limit, a.read->Take(), a.since);
+  left_.End(a.since);
 }
 
 // Rows come in the set's order after `after`. A row is skipped when its job

@@ -19,9 +19,11 @@
 // answers them from a thread of its own and the event loop never waits.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -306,6 +308,30 @@ struct StoreStats {
   HistogramSnapshot sync_seconds;    // a sync making commits survive a power cut
 };
 
+// A ScanSet made on another thread (Store::ScanSetAhead): the reading
+// thread sets its rows once; the caller takes them, waiting if need be.
+class SetRead {
+ public:
+  void Set(Result<std::vector<JobRecord>> rows) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      rows_.emplace(std::move(rows));
+    }
+    cv_.notify_all();
+  }
+  // The rows, once they are read; once.
+  Result<std::vector<JobRecord>> Take() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return rows_.has_value(); });
+    return std::move(*rows_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Result<std::vector<JobRecord>>> rows_;
+};
+
 class Store {
  public:
   using Done = std::function<void(const Status&)>;
@@ -325,6 +351,18 @@ class Store {
                                                  size_t limit) {
     (void)tube, (void)set, (void)after, (void)limit;
     return Status::Internal("this store does not scan sets");
+  }
+  // ScanSet made ahead of need (a window refilling while its first jobs
+  // still serve) on a thread of the store's own, with a connection of its
+  // own, so that the caller goes on meanwhile: `ready` runs through the
+  // completion executor once the rows are read, never before this returns,
+  // and the read's Take() gives them, waiting while they are still being
+  // read (for a caller that cannot go on without them). Null from a store
+  // without such a thread: ReadAside is then the way.
+  virtual std::shared_ptr<SetRead> ScanSetAhead(const std::string& tube, JobSet set, SetKey after,
+                                                size_t limit, std::function<void()> ready) {
+    (void)tube, (void)set, (void)after, (void)limit, (void)ready;
+    return nullptr;
   }
 
   // Queues a mutation (thread-safe). `done` runs on the completion executor.

@@ -251,10 +251,27 @@ TEST_P(StoreTest, ScanSetReadsASetInItsOrderAfterAKey) {
   EXPECT_EQ(ids(JobSet::kReady, {}, 10), (std::vector<uint64_t>{2, 1, 3, 4}));
   EXPECT_EQ(ids(JobSet::kReady, {5, 1}, 10), (std::vector<uint64_t>{3, 4}));
   EXPECT_EQ(ids(JobSet::kReady, {}, 2), (std::vector<uint64_t>{2, 1}));
+  EXPECT_EQ(ids(JobSet::kReady, {1, 2}, 2), (std::vector<uint64_t>{1, 3}))
+      << "past the last of its priority, the next priorities' first";
+  EXPECT_EQ(ids(JobSet::kReady, {5, 0}, 1), (std::vector<uint64_t>{1}));
   EXPECT_EQ(ids(JobSet::kPushReady, {}, 10), (std::vector<uint64_t>{5}));
   EXPECT_EQ(ids(JobSet::kBuried, {}, 10), (std::vector<uint64_t>{8, 9}));
   EXPECT_EQ(ids(JobSet::kBuried, {20, 8}, 10), (std::vector<uint64_t>{9}));
   EXPECT_EQ(store_->Get(9)->value().bury_seq, 30u);
+
+  // Read ahead, where the store has a thread for it: the same rows, and
+  // `ready` through the completion executor once they are read.
+  std::atomic<int> answered{0};
+  auto ahead = store_->ScanSetAhead("t", JobSet::kReady, {5, 1}, 10, [&] { ++answered; });
+  if (ahead != nullptr) {
+    auto rows = ahead->Take();
+    ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+    std::vector<uint64_t> got;
+    for (const JobRecord& r : *rows) got.push_back(r.id);
+    EXPECT_EQ(got, (std::vector<uint64_t>{3, 4}));
+    inbox_.RunUntil(answered, 1);
+    EXPECT_EQ(answered.load(), 1);
+  }
 
   Reopen();
   auto r = store_->Recover(0);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -120,18 +121,24 @@ TimerRecord ReadTimer(sqlite3_stmt* s) {
   return t;
 }
 
-// Steps a bound query to its end, collecting its rows read by `read`.
+// Steps a bound query to its end, collecting its rows read by `read`; room
+// is made for `expected` rows at once (a page's limit), so that a large
+// page's rows are not moved as it grows.
 template <typename Read>
-auto ReadRows(Stmt& q, Read read) -> Result<std::vector<decltype(read(q.get()))>> {
+auto ReadRows(Stmt& q, Read read, size_t expected = 0)
+    -> Result<std::vector<decltype(read(q.get()))>> {
   Status status;
   std::vector<decltype(read(q.get()))> out;
+  out.reserve(expected);
   while (q.Step(&status)) out.push_back(read(q.get()));
   if (!status.ok()) return status;
   return out;
 }
 
 Result<std::vector<TimerRecord>> ReadTimers(Stmt& q) { return ReadRows(q, ReadTimer); }
-Result<std::vector<JobRecord>> ReadJobs(Stmt& q) { return ReadRows(q, ReadJob); }
+Result<std::vector<JobRecord>> ReadJobs(Stmt& q, size_t expected = 0) {
+  return ReadRows(q, ReadJob, expected);
+}
 
 }  // namespace
 
@@ -142,7 +149,12 @@ class SqliteStore::Statements {
   Stmt timer_put, timer_delete, timer_delete_fires, timer_advance, fire_insert, fire_prune,
       set_next_timer_id;                           // writer
   Stmt get, get_by_key, load_minute, far_delayed;  // reader
-  Stmt scan_ready, scan_buried;                    // reader: the engine's windows
+  // Reader, the engine's windows: a set's rows after a key (major, id) are
+  // read as those of the same major after the id, then those of greater
+  // majors. (A row value `(pri, id) > (?, ?)` would seek on pri only and
+  // step over every row of that priority before the id: a backlog's jobs
+  // in memory, hundreds of thousands of them.)
+  Stmt scan_ready_at, scan_ready_after, scan_buried_at, scan_buried_after;
 
   Status PrepareWriter(sqlite3* db) {
     Status s = insert.Prepare(
@@ -213,20 +225,47 @@ class SqliteStore::Statements {
       s = far_delayed.Prepare(db, std::string("SELECT ") + kJobColumns +
                                       " FROM jobs WHERE state=1 AND due_min>? AND tube=? "
                                       "ORDER BY due_ms, id LIMIT ?");
+    const std::string ready =
+        std::string("SELECT ") + kJobColumns + " FROM jobs WHERE tube=?1 AND state=0 AND push=?2";
+    const std::string buried =
+        std::string("SELECT ") + kJobColumns + " FROM jobs WHERE tube=?1 AND state=2";
+    if (s.ok()) s = scan_ready_at.Prepare(db, ready + " AND pri=?3 AND id>?4 ORDER BY id LIMIT ?5");
+    if (s.ok()) s = scan_ready_after.Prepare(db, ready + " AND pri>?3 ORDER BY pri, id LIMIT ?5");
     if (s.ok())
-      s = scan_ready.Prepare(db, std::string("SELECT ") + kJobColumns +
-                                     " FROM jobs WHERE tube=?1 AND state=0 AND push=?2 AND "
-                                     "(pri, id) > (?3, ?4) ORDER BY pri, id LIMIT ?5");
+      s = scan_buried_at.Prepare(db, buried + " AND bury_seq=?3 AND id>?4 ORDER BY id LIMIT ?5");
     if (s.ok())
-      s = scan_buried.Prepare(db, std::string("SELECT ") + kJobColumns +
-                                      " FROM jobs WHERE tube=?1 AND state=2 AND "
-                                      "(bury_seq, id) > (?3, ?4) ORDER BY bury_seq, id LIMIT ?5");
+      s = scan_buried_after.Prepare(db, buried + " AND bury_seq>?3 ORDER BY bury_seq, id LIMIT ?5");
     return s;
+  }
+
+  // SqliteStore::ScanSet on this connection (a reader's).
+  Result<std::vector<JobRecord>> ScanSet(const std::string& tube, JobSet set, SetKey after,
+                                         size_t limit) {
+    const bool buried = set == JobSet::kBuried;
+    std::vector<JobRecord> out;
+    for (Stmt* q : {buried ? &scan_buried_at : &scan_ready_at,
+                    buried ? &scan_buried_after : &scan_ready_after}) {
+      if (out.size() >= limit) break;
+      q->Bind(1, tube);
+      if (!buried) q->Bind(2, int64_t{set == JobSet::kPushReady ? 1 : 0});
+      q->Bind(3, static_cast<int64_t>(after.major));
+      q->Bind(4, static_cast<int64_t>(after.id));
+      q->Bind(5, static_cast<int64_t>(limit - out.size()));
+      auto rows = ReadJobs(*q, limit - out.size());
+      if (!rows.ok()) return rows.status();
+      if (out.empty()) {
+        out = std::move(*rows);
+      } else {
+        std::move(rows->begin(), rows->end(), std::back_inserter(out));
+      }
+    }
+    return out;
   }
 };
 
 SqliteStore::SqliteStore(SqliteOptions options, Executor executor)
     : options_(std::move(options)),
+      executor_(executor),
       queue_(*this,
              {.max_batch = options_.max_batch,
               .sync_delay_ms = options_.sync_delay_ms,
@@ -240,12 +279,16 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteOptions options, Ex
   // A damaged file shows up here rather than at the first write.
   if (s.ok()) s = Exec(store->write_db_, "SELECT count(*) FROM meta");
   if (s.ok()) s = OpenDb(store->options_.path, store->options_.read_cache_kib, &store->read_db_);
+  if (s.ok()) s = OpenDb(store->options_.path, store->options_.read_cache_kib, &store->ahead_db_);
   if (!s.ok()) return s;
   store->write_stmts_ = std::make_unique<Statements>();
   store->read_stmts_ = std::make_unique<Statements>();
+  store->ahead_stmts_ = std::make_unique<Statements>();
   s = store->write_stmts_->PrepareWriter(store->write_db_);
   if (s.ok()) s = store->read_stmts_->PrepareReader(store->read_db_);
+  if (s.ok()) s = store->ahead_stmts_->PrepareReader(store->ahead_db_);
   if (!s.ok()) return s;
+  store->ahead_thread_ = std::thread([raw = store.get()] { raw->AheadLoop(); });
   store->log_path_ = std::string(sqlite3_db_filename(store->write_db_, "main")) + "-wal";
   // A VFS may read URI parameters after a name: end it with several NULs.
   store->log_name_ = store->log_path_ + std::string(4, '\0');
@@ -261,7 +304,9 @@ SqliteStore::~SqliteStore() {
   Close();
   write_stmts_.reset();
   read_stmts_.reset();
+  ahead_stmts_.reset();
   checkpointer_.reset();
+  sqlite3_close(ahead_db_);
   sqlite3_close(read_db_);
   sqlite3_close(write_db_);  // the last connection: checkpoints all, removes the log
 }
@@ -780,18 +825,54 @@ Result<std::vector<JobRecord>> SqliteStore::FarDelayed(const std::string& tube,
 
 Result<std::vector<JobRecord>> SqliteStore::ScanSet(const std::string& tube, JobSet set,
                                                     SetKey after, size_t limit) {
-  Stmt& q = set == JobSet::kBuried ? read_stmts_->scan_buried : read_stmts_->scan_ready;
-  q.Bind(1, tube);
-  if (set != JobSet::kBuried) q.Bind(2, int64_t{set == JobSet::kPushReady ? 1 : 0});
-  q.Bind(3, static_cast<int64_t>(after.major));
-  q.Bind(4, static_cast<int64_t>(after.id));
-  q.Bind(5, static_cast<int64_t>(limit));
-  return ReadJobs(q);
+  return read_stmts_->ScanSet(tube, set, after, limit);
+}
+
+std::shared_ptr<SetRead> SqliteStore::ScanSetAhead(const std::string& tube, JobSet set,
+                                                   SetKey after, size_t limit,
+                                                   std::function<void()> ready) {
+  auto read = std::make_shared<SetRead>();
+  auto work = [this, read, tube, set, after, limit, ready = std::move(ready)]() mutable {
+    read->Set(ahead_stmts_->ScanSet(tube, set, after, limit));
+    executor_(std::move(ready));
+  };
+  {
+    std::lock_guard<std::mutex> lock(ahead_mu_);
+    if (!ahead_stop_) {
+      ahead_work_.push_back(std::move(work));
+      ahead_cv_.notify_one();
+      return read;
+    }
+  }
+  return nullptr;  // closed: the caller reads aside
+}
+
+void SqliteStore::AheadLoop() {
+  std::unique_lock<std::mutex> lock(ahead_mu_);
+  for (;;) {
+    ahead_cv_.wait(lock, [this] { return ahead_stop_ || !ahead_work_.empty(); });
+    if (ahead_work_.empty()) return;  // stopped, nothing left
+    auto work = std::move(ahead_work_.front());
+    ahead_work_.pop_front();
+    lock.unlock();
+    work();
+    lock.lock();
+  }
+}
+
+void SqliteStore::StopAhead() {
+  {
+    std::lock_guard<std::mutex> lock(ahead_mu_);
+    ahead_stop_ = true;
+  }
+  ahead_cv_.notify_one();
+  if (ahead_thread_.joinable()) ahead_thread_.join();
 }
 
 StoreStats SqliteStore::stats() const { return queue_.stats(); }
 
 void SqliteStore::Close() {
+  StopAhead();     // the reads ahead made and answered
   queue_.Close();  // everything committed, synced and answered
   CloseLogFile();
   if (checkpointer_) checkpointer_->Stop();

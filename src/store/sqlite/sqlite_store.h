@@ -12,9 +12,14 @@
 // (sqlite_checkpointer.h). The schema is in sqlite_schema.h.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "common/executor.h"
 #include "store/commit_queue.h"
@@ -62,6 +67,8 @@ class SqliteStore final : public Store, private CommitQueue::Backend {
   bool ScansSets() const override { return true; }
   Result<std::vector<JobRecord>> ScanSet(const std::string& tube, JobSet set, SetKey after,
                                          size_t limit) override;
+  std::shared_ptr<SetRead> ScanSetAhead(const std::string& tube, JobSet set, SetKey after,
+                                        size_t limit, std::function<void()> ready) override;
   Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
                                             size_t limit) override;
   Result<std::optional<TimerRecord>> GetTimer(uint64_t id) override;
@@ -84,12 +91,26 @@ class SqliteStore final : public Store, private CommitQueue::Backend {
   Status ApplyOne(const CommitQueue::Submission& p, uint64_t* max_id);
   Status Apply(const Mutation& m, uint64_t* max_id);
   void CloseLogFile();
+  // The reads ahead's thread: makes them one after another in call order;
+  // `Stop` makes those still queued, then ends it.
+  void AheadLoop();
+  void StopAhead();
 
   SqliteOptions options_;
   sqlite3* write_db_ = nullptr;  // writer thread only (and Open/Recover before it starts)
   sqlite3* read_db_ = nullptr;   // engine thread only
   std::unique_ptr<Statements> write_stmts_;
   std::unique_ptr<Statements> read_stmts_;
+  Executor executor_;  // the completion executor, shared with queue_
+
+  // Reads ahead (ScanSetAhead), on a thread and a connection of their own.
+  sqlite3* ahead_db_ = nullptr;  // the ahead thread only (and Open)
+  std::unique_ptr<Statements> ahead_stmts_;
+  std::mutex ahead_mu_;
+  std::condition_variable ahead_cv_;
+  std::deque<std::function<void()>> ahead_work_;  // guarded by ahead_mu_
+  bool ahead_stop_ = false;                       // guarded by ahead_mu_
+  std::thread ahead_thread_;
   uint64_t next_id_floor_ = 0;  // writer thread: highest id committed + 1
 
   std::string log_path_;  // the write-ahead log

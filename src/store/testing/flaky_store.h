@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -63,6 +64,17 @@ class FlakyStore final : public Store {
     if (reads_failing) return Status::IoError("injected read failure");
     return real_.ScanSet(tube, set, after, limit);
   }
+  // Held back reads (defer_reads) go aside instead, as PostgreSQL's do.
+  std::shared_ptr<SetRead> ScanSetAhead(const std::string& tube, JobSet set, SetKey after,
+                                        size_t limit, std::function<void()> ready) override {
+    if (defer_reads) return nullptr;
+    ++set_scans;
+    if (!reads_failing) return real_.ScanSetAhead(tube, set, after, limit, std::move(ready));
+    auto read = std::make_shared<SetRead>();
+    read->Set(Status::IoError("injected read failure"));
+    post_(std::move(ready));
+    return read;
+  }
   Result<std::vector<JobRecord>> LoadMinute(int64_t m, uint64_t a, size_t l) override {
     last_load_minute_ = m;
     if (reads_failing) return Status::IoError("injected read failure");
@@ -112,7 +124,7 @@ class FlakyStore final : public Store {
   bool failing = false;
   bool reads_failing = false;
   bool defer_reads = false;
-  size_t set_scans = 0;  // ScanSet calls, failed ones too
+  size_t set_scans = 0;  // ScanSet and ScanSetAhead calls, failed ones too
   // Submissions forwarded and not yet answered.
   size_t pending() const { return pending_; }
 

@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -188,6 +189,15 @@ class MemoryStore final : public Store {
     std::vector<JobRecord> out;
     for (size_t i = 0; i < found.size() && i < limit; ++i) out.push_back(*found[i].second);
     return out;
+  }
+  // Read at once (what is written now), answered through the executor, as
+  // if SQLite's thread for them had read at once.
+  std::shared_ptr<SetRead> ScanSetAhead(const std::string& tube, JobSet set, SetKey after,
+                                        size_t limit, std::function<void()> ready) override {
+    auto read = std::make_shared<SetRead>();
+    read->Set(ScanSet(tube, set, after, limit));
+    post_(std::move(ready));
+    return read;
   }
   Result<std::vector<JobRecord>> FarDelayed(const std::string& tube, int64_t after_minute,
                                             size_t limit) override {
