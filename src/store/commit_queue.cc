@@ -25,7 +25,25 @@ int64_t MicrosSince(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 CommitQueue::CommitQueue(Backend& backend, Options options, Executor executor)
-    : backend_(backend), options_(options), executor_(std::move(executor)) {}
+    : backend_(backend),
+      options_(options),
+      executor_(std::move(executor)),
+      spares_(std::make_shared<Spares>(options.max_batch)) {}
+
+CommitQueue::Batch CommitQueue::Spares::Take() {
+  std::lock_guard lock(mu_);
+  if (kept_.empty()) return {};
+  Batch b = std::move(kept_.back());
+  kept_.pop_back();
+  return b;
+}
+
+void CommitQueue::Spares::GiveBack(Batch b) {
+  b.clear();
+  if (b.capacity() == 0 || b.capacity() > keep_capacity_) return;
+  std::lock_guard lock(mu_);
+  if (kept_.size() < kKept) kept_.push_back(std::move(b));
+}
 
 CommitQueue::~CommitQueue() { Close(); }
 
@@ -72,7 +90,7 @@ void CommitQueue::WriterLoop() {
   }
   const auto sync_delay = std::chrono::milliseconds(options_.sync_delay_ms);
   for (;;) {
-    Batch batch;
+    Batch batch = spares_->Take();
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -87,6 +105,7 @@ void CommitQueue::WriterLoop() {
         urgent_ = 0;
       } else {
         auto end = queue_.begin() + static_cast<std::ptrdiff_t>(options_.max_batch);
+        batch.clear();
         batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(end));
         queue_.erase(queue_.begin(), end);
         urgent_ = static_cast<size_t>(std::count_if(
@@ -116,13 +135,18 @@ void CommitQueue::WriterLoop() {
     // Written-only submissions are answered now; the rest once the syncer
     // has synced this commit. The writer goes on meanwhile.
     const size_t batch_size = batch.size();
-    Batch written, synced;
+    Batch written = spares_->Take(), synced = spares_->Take();
     for (auto& p : batch) {
       bool w = options_.sync_delay_ms > 0;
       p.ForEach([&](const Mutation& m) { w = w && m.durability == Durability::kWritten; });
       (w ? written : synced).push_back(std::move(p));
     }
-    if (!written.empty()) Complete(std::move(written), Status::Ok());
+    spares_->GiveBack(std::move(batch));
+    if (written.empty()) {
+      spares_->GiveBack(std::move(written));
+    } else {
+      Complete(std::move(written), Status::Ok());
+    }
     // A lone submission owed a sync at once with nothing queued behind it
     // (a serial producer's put) is synced here when the syncer is idle: a
     // hand-off to the syncer and its wake-up cost as much as a fast disk's
@@ -153,6 +177,7 @@ void CommitQueue::WriterLoop() {
         wake = true;
       }
     }
+    if (!owed_now) spares_->GiveBack(std::move(synced));
     if (sync_here) {
       SyncThrough(*sync_here, false, true);
     } else if (wake) {
@@ -200,7 +225,7 @@ void CommitQueue::SyncThrough(uint64_t target, bool stopping, bool on_writer) {
     sync_failing_ = !s.ok();
   }
   if (!s.ok()) spdlog::error("store: {}", s.ToString());
-  Batch answered;
+  Batch answered = spares_->Take();
   bool wake = false;
   {
     std::lock_guard lock(sync_mu_);
@@ -211,7 +236,13 @@ void CommitQueue::SyncThrough(uint64_t target, bool stopping, bool on_writer) {
       sync_by_ = Clock::now() + std::chrono::milliseconds(options_.sync_delay_ms);  // try again
     }
     while (!awaiting_.empty() && awaiting_.front().commit <= target) {
-      for (auto& p : awaiting_.front().submissions) answered.push_back(std::move(p));
+      Batch& done = awaiting_.front().submissions;
+      if (answered.empty()) {
+        answered.swap(done);
+      } else {
+        std::move(done.begin(), done.end(), std::back_inserter(answered));
+      }
+      spares_->GiveBack(std::move(done));
       awaiting_.pop_front();
     }
     // After the writer's sync, the syncer may have waited for it to end with
@@ -219,7 +250,7 @@ void CommitQueue::SyncThrough(uint64_t target, bool stopping, bool on_writer) {
     wake = on_writer && (committed_ > synced_ || sync_by_.has_value());
   }
   if (wake) sync_cv_.notify_one();
-  if (answered.empty()) return;
+  if (answered.empty()) return spares_->GiveBack(std::move(answered));
   if (s.ok() || stopping) {
     Complete(std::move(answered), s);
   } else {
@@ -278,8 +309,9 @@ bool CommitQueue::Submission::CheckedInOneStatement() const {
 }
 
 void CommitQueue::Complete(Batch batch, const Status& s) {
-  executor_([batch = std::make_shared<Batch>(std::move(batch)), s] {
+  executor_([batch = std::make_shared<Batch>(std::move(batch)), s, spares = spares_] {
     for (auto& p : *batch) p.done(s.ok() ? p.status : s);
+    spares->GiveBack(std::move(*batch));
   });
 }
 
