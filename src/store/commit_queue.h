@@ -25,8 +25,8 @@
 // than being freed (Spares): a submission is queued on one thread and
 // answered on another, and glibc's free of memory another thread allocated
 // takes that thread's arena lock. With a node per submission (a deque), the
-// writer and the event loop took turns waiting on that lock for every job:
-// a quarter of a backlog's drain (bench/README, "Batches reuse their storage").
+// writer slept on that lock more often than it waited for work in a
+// backlog's drain (bench/README.md, "Batches reuse their storage").
 //
 // The queue knows nothing of SQL. A backend has two steps: Commit (the batch
 // reaches a place where a crash of this process no longer loses it: the
