@@ -91,25 +91,35 @@ void CommitQueue::WriterLoop() {
   const auto sync_delay = std::chrono::milliseconds(options_.sync_delay_ms);
   for (;;) {
     Batch batch = spares_->Take();
+    Batch spent;  // a drained burst's storage, freed outside the lock
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything is applied
+      cv_.wait(lock, [&] { return stopping_ || Queued() > 0; });
+      if (Queued() == 0) return;  // stopping, and everything is applied
       if (urgent_ == 0 && options_.linger_us > 0) {
-        cv_.wait_for(lock, std::chrono::microseconds(options_.linger_us), [&] {
-          return stopping_ || urgent_ > 0 || queue_.size() >= options_.max_batch;
-        });
+        cv_.wait_for(lock, std::chrono::microseconds(options_.linger_us),
+                     [&] { return stopping_ || urgent_ > 0 || Queued() >= options_.max_batch; });
       }
-      if (queue_.size() <= options_.max_batch) {
+      if (queue_head_ == 0 && queue_.size() <= options_.max_batch) {
         batch.swap(queue_);
         urgent_ = 0;
       } else {
-        auto end = queue_.begin() + static_cast<std::ptrdiff_t>(options_.max_batch);
+        // A burst beyond a batch (a kick of a million jobs) is taken a
+        // batch at a time from a head that moves, each submission moved
+        // once: erasing from the front moved the whole rest every batch.
+        const size_t n = std::min(Queued(), options_.max_batch);
+        auto first = queue_.begin() + static_cast<std::ptrdiff_t>(queue_head_);
+        auto end = first + static_cast<std::ptrdiff_t>(n);
+        urgent_ -= static_cast<size_t>(
+            std::count_if(first, end, [](const Submission& s) { return !s.Lingers(); }));
         batch.clear();
-        batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(end));
-        queue_.erase(queue_.begin(), end);
-        urgent_ = static_cast<size_t>(std::count_if(
-            queue_.begin(), queue_.end(), [](const Submission& s) { return !s.Lingers(); }));
+        batch.assign(std::make_move_iterator(first), std::make_move_iterator(end));
+        queue_head_ += n;
+        if (queue_head_ == queue_.size()) {
+          // Drained: the burst's storage goes (a spare is never that large).
+          spent.swap(queue_);
+          queue_head_ = 0;
+        }
       }
     }
     const auto started = std::chrono::steady_clock::now();
@@ -156,7 +166,7 @@ void CommitQueue::WriterLoop() {
     bool alone = false;
     if (owed_now && batch_size == 1) {
       std::lock_guard lock(mu_);
-      alone = queue_.empty();
+      alone = Queued() == 0;
     }
     // The syncer is woken only when this commit changes what it waits for:
     // a sync owed at once, or the first commit owed one. A wake-up per
@@ -320,7 +330,7 @@ StoreStats CommitQueue::stats() const {
   {
     std::lock_guard lock(mu_);
     out = stats_;
-    out.queued = queue_.size();
+    out.queued = Queued();
     out.failing = commit_failing_ || sync_failing_;
   }
   out.commit_seconds = commit_seconds_.Read();

@@ -137,6 +137,7 @@ class CommitQueue {
 
  private:
   void Enqueue(Submission s);
+  size_t Queued() const { return queue_.size() - queue_head_; }  // with mu_ held
   void WriterLoop();
   void SyncerLoop();
   // Syncs every commit through `target` and answers the submissions that
@@ -172,7 +173,8 @@ class CommitQueue {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  Batch queue_;                  // guarded by mu_
+  Batch queue_;                  // guarded by mu_; queued from queue_head_ on
+  size_t queue_head_ = 0;        // guarded by mu_: taken by the writer before it
   size_t urgent_ = 0;            // guarded by mu_: submissions in queue_ that do not linger
   bool stopping_ = false;        // guarded by mu_
   StoreStats stats_;             // guarded by mu_; the rest is filled by stats()
