@@ -112,7 +112,6 @@ void CommitQueue::WriterLoop() {
         auto end = first + static_cast<std::ptrdiff_t>(n);
         urgent_ -= static_cast<size_t>(
             std::count_if(first, end, [](const Submission& s) { return !s.Lingers(); }));
-        batch.clear();
         batch.assign(std::make_move_iterator(first), std::make_move_iterator(end));
         queue_head_ += n;
         if (queue_head_ == queue_.size()) {
