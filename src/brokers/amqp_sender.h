@@ -37,7 +37,8 @@ namespace delayd::brokers {
 
 class AmqpSender final : public delivery::HttpSender {
  public:
-  // `policy` and `clock` must outlive the sender.
+  // `policy` and `clock` must outlive the sender, and `policy` must not
+  // change while it lives: the sender's own threads read it.
   AmqpSender(Executor executor, const delivery::TargetPolicy& policy, const Clock& clock);
   ~AmqpSender() override;  // Stop()
   AmqpSender(const AmqpSender&) = delete;

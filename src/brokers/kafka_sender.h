@@ -36,7 +36,8 @@ namespace delayd::brokers {
 
 class KafkaSender final : public delivery::HttpSender {
  public:
-  // `policy` and `clock` must outlive the sender.
+  // `policy` and `clock` must outlive the sender, and `policy` must not
+  // change while it lives: the sender's own threads read it.
   KafkaSender(Executor executor, const delivery::TargetPolicy& policy, const Clock& clock);
   ~KafkaSender() override;  // Stop()
   KafkaSender(const KafkaSender&) = delete;

@@ -43,7 +43,8 @@ namespace delayd::rpc {
 
 class GrpcSender final : public delivery::HttpSender {
  public:
-  // `policy` and `clock` must outlive the sender.
+  // `policy` and `clock` must outlive the sender, and `policy` must not
+  // change while it lives: the sender's own threads read it.
   GrpcSender(Executor executor, const delivery::TargetPolicy& policy, const Clock& clock);
   ~GrpcSender() override;  // Stop()
   GrpcSender(const GrpcSender&) = delete;

@@ -203,7 +203,9 @@ TEST_F(GrpcSenderTest, ANameIsResolvedAndJudgedByItsAddresses) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->grpc_code, 0) << r->error;
   EXPECT_EQ(receiver_.got().size(), 1u);
-  // The same name, every address of it denied: never called.
+  // The same name, every address of it denied: never called. The policy is
+  // only changed with no sender alive, since a sender's threads read it.
+  sender_.reset();
   policy_ = delivery::TargetPolicy::Make({}, {"127.0.0.0/8", "[::1]"}).value();
   NewSender();
   r = SendAndWait(req);
