@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "common/overloaded.h"
@@ -153,8 +154,11 @@ class SqliteStore::Statements {
   // read as those of the same major after the id, then those of greater
   // majors. (A row value `(pri, id) > (?, ?)` would seek on pri only and
   // step over every row of that priority before the id: a backlog's jobs
-  // in memory, hundreds of thousands of them.)
-  Stmt scan_ready_at, scan_ready_after, scan_buried_at, scan_buried_after;
+  // in memory, hundreds of thousands of them.) Each set has statements of
+  // its own, by JobSet, with `push` written out: bound as a parameter it
+  // would choose between two partial indexes, and SQLite would prepare the
+  // statement again at every run.
+  Stmt scan_at[kJobSets], scan_after[kJobSets];
 
   Status PrepareWriter(sqlite3* db) {
     Status s = insert.Prepare(
@@ -225,29 +229,26 @@ class SqliteStore::Statements {
       s = far_delayed.Prepare(db, std::string("SELECT ") + kJobColumns +
                                       " FROM jobs WHERE state=1 AND due_min>? AND tube=? "
                                       "ORDER BY due_ms, id LIMIT ?");
-    const std::string ready =
-        std::string("SELECT ") + kJobColumns + " FROM jobs WHERE tube=?1 AND state=0 AND push=?2";
-    const std::string buried =
-        std::string("SELECT ") + kJobColumns + " FROM jobs WHERE tube=?1 AND state=2";
-    if (s.ok()) s = scan_ready_at.Prepare(db, ready + " AND pri=?3 AND id>?4 ORDER BY id LIMIT ?5");
-    if (s.ok()) s = scan_ready_after.Prepare(db, ready + " AND pri>?3 ORDER BY pri, id LIMIT ?5");
-    if (s.ok())
-      s = scan_buried_at.Prepare(db, buried + " AND bury_seq=?3 AND id>?4 ORDER BY id LIMIT ?5");
-    if (s.ok())
-      s = scan_buried_after.Prepare(db, buried + " AND bury_seq>?3 ORDER BY bury_seq, id LIMIT ?5");
+    const std::string select = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE tube=?1";
+    for (auto [set, where, major] : {std::tuple{JobSet::kReady, " AND state=0 AND push=0", "pri"},
+                                     {JobSet::kPushReady, " AND state=0 AND push=1", "pri"},
+                                     {JobSet::kBuried, " AND state=2", "bury_seq"}}) {
+      const std::string rows = select + where + " AND " + major;
+      const int i = static_cast<int>(set);
+      if (s.ok()) s = scan_at[i].Prepare(db, rows + "=?3 AND id>?4 ORDER BY id LIMIT ?5");
+      if (s.ok()) s = scan_after[i].Prepare(db, rows + ">?3 ORDER BY " + major + ", id LIMIT ?5");
+    }
     return s;
   }
 
   // SqliteStore::ScanSet on this connection (a reader's).
   Result<std::vector<JobRecord>> ScanSet(const std::string& tube, JobSet set, SetKey after,
                                          size_t limit) {
-    const bool buried = set == JobSet::kBuried;
+    const int i = static_cast<int>(set);
     std::vector<JobRecord> out;
-    for (Stmt* q : {buried ? &scan_buried_at : &scan_ready_at,
-                    buried ? &scan_buried_after : &scan_ready_after}) {
+    for (Stmt* q : {&scan_at[i], &scan_after[i]}) {
       if (out.size() >= limit) break;
       q->Bind(1, tube);
-      if (!buried) q->Bind(2, int64_t{set == JobSet::kPushReady ? 1 : 0});
       q->Bind(3, static_cast<int64_t>(after.major));
       q->Bind(4, static_cast<int64_t>(after.id));
       q->Bind(5, static_cast<int64_t>(limit - out.size()));
