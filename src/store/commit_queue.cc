@@ -75,6 +75,15 @@ void CommitQueue::Enqueue(Submission s) {
       return;
     }
     if (!s.Lingers()) ++urgent_;
+    if (queue_.size() == queue_.capacity() && queue_head_ > 0 && queue_head_ >= queue_.size() / 2) {
+      // Full, and at least half of it a front the writer took: that goes
+      // instead of the storage growing, so that a queue that never empties
+      // (producers ahead of the writer) does not keep every submission it
+      // ever held. Moving the rest costs no more than growing would, and at
+      // least as many submissions come before the next time.
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(queue_head_));
+      queue_head_ = 0;
+    }
     queue_.push_back(std::move(s));
   }
   cv_.notify_one();
@@ -107,6 +116,7 @@ void CommitQueue::WriterLoop() {
         // A burst beyond a batch (a kick of a million jobs) is taken a
         // batch at a time from a head that moves, each submission moved
         // once: erasing from the front moved the whole rest every batch.
+        // (Enqueue drops the taken front rather than grow the storage.)
         const size_t n = std::min(Queued(), options_.max_batch);
         auto first = queue_.begin() + static_cast<std::ptrdiff_t>(queue_head_);
         auto end = first + static_cast<std::ptrdiff_t>(n);

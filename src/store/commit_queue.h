@@ -134,6 +134,12 @@ class CommitQueue {
   // Commits and syncs everything queued, answers it, and stops the threads.
   void Close();
   StoreStats stats() const;
+  // Tests only: the submissions the queue's storage holds, those the writer
+  // already took from its front included.
+  size_t SlotsForTest() const {
+    std::lock_guard lock(mu_);
+    return queue_.size();
+  }
 
  private:
   void Enqueue(Submission s);

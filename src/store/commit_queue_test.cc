@@ -19,7 +19,12 @@ namespace {
 class FakeBackend final : public CommitQueue::Backend {
  public:
   Status Commit(CommitQueue::Batch& batch) override {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    ++commits_waiting_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return commits_allowed_ != 0; });
+    --commits_waiting_;
+    if (commits_allowed_ > 0) --commits_allowed_;
     std::vector<uint64_t> ids;
     for (auto& p : batch) {
       p.ForEach(
@@ -60,6 +65,20 @@ class FakeBackend final : public CommitQueue::Backend {
     std::lock_guard lock(mu_);
     sync_open_ = open;
     cv_.notify_all();
+  }
+  // Lets the next `n` commits through (-1: every one, the default); the
+  // others wait in Commit.
+  void AllowCommits(int n) {
+    std::lock_guard lock(mu_);
+    commits_allowed_ = n;
+    cv_.notify_all();
+  }
+  // Waits until a commit waits for AllowCommits.
+  void WaitForCommitAtGate() {
+    std::unique_lock lock(mu_);
+    ASSERT_TRUE(cv_.wait_for(lock, std::chrono::seconds(10), [&] {
+      return commits_waiting_ > 0 && commits_allowed_ == 0;
+    })) << "no commit came to the gate";
   }
   void Conflict(uint64_t id) {
     std::lock_guard lock(mu_);
@@ -138,6 +157,8 @@ class FakeBackend final : public CommitQueue::Backend {
   std::mutex mu_;
   std::condition_variable cv_;
   bool sync_open_ = true;
+  int commits_allowed_ = -1;
+  int commits_waiting_ = 0;
   std::set<uint64_t> conflicts_;
   int fail_commits_ = 0;
   int fail_syncs_ = 0;
@@ -160,6 +181,7 @@ class CommitQueueTest : public ::testing::Test {
   }
   void TearDown() override {
     backend_.SetSyncGate(true);
+    backend_.AllowCommits(-1);
     if (queue_) queue_->Close();
   }
 
@@ -391,6 +413,31 @@ TEST_F(CommitQueueTest, BatchesAreBoundedAndKeepSubmissionOrder) {
   const StoreStats stats = queue_->stats();
   EXPECT_EQ(stats.batches, 3u);
   EXPECT_EQ(stats.mutations, 5u);
+}
+
+TEST_F(CommitQueueTest, AQueueThatNeverEmptiesDoesNotKeepWhatTheWriterTook) {
+  Make({.max_batch = 2});
+  backend_.AllowCommits(0);
+  for (uint64_t id = 1; id <= 4; ++id) Put(id);
+  queue_->Start();
+  backend_.WaitForCommitAtGate();  // {1, 2} taken, {3, 4} queued
+  // Producers keep ahead of the writer: two more for every batch it takes.
+  constexpr uint64_t kRounds = 200;
+  uint64_t next = 5;
+  for (uint64_t round = 0; round < kRounds; ++round) {
+    Put(next++);
+    Put(next++);
+    backend_.AllowCommits(1);
+    backend_.WaitForCommitAtGate();
+    ASSERT_GT(queue_->stats().queued, 0u) << "the queue never empties";
+    ASSERT_LE(queue_->SlotsForTest(), 8u) << "round " << round;
+  }
+  backend_.AllowCommits(-1);
+  ASSERT_TRUE(WaitFor([&] { return answers_.size() == next - 1; }));
+  std::vector<uint64_t> all;
+  for (uint64_t id = 1; id < next; ++id) all.push_back(id);
+  EXPECT_EQ(order(), all);
+  for (const auto& b : backend_.batches()) EXPECT_LE(b.size(), 2u);
 }
 
 TEST_F(CommitQueueTest, AFailedSyncFailsTheChangesWaitingForItAndIsTriedAgain) {
