@@ -203,9 +203,19 @@ TEST_F(AmqpPushTest, WhatTheBrokerWillNotRouteOrTakeIsADeadLetterWithItsWords) {
   EXPECT_EQ(Seen("orders", 2, 2s), (std::map<uint64_t, int>{{good["id"], 1}}));
 }
 
+// What is tested is delayd across the broker's outage, not the broker's own
+// recovery: once in a full run (2026-11-29) the first publish after the
+// node came back got `312 NO_ROUTE` (the binding made just before the
+// kill -9 not yet back, or lost with it), which a job's default policy
+// dead-letters at once. So the jobs retry that too (`retry_4xx`), and the
+// binding is declared again after the restart, as a consumer application
+// does when it reconnects.
 TEST_F(AmqpPushTest, ABrokerKilledAndRestartedMidRunLosesNothing) {
   rabbit_.Bind("shop", "orders", "due");
-  const json retry = {{"initial_backoff_ms", 200}, {"max_backoff_ms", 500}, {"max_attempts", 100}};
+  const json retry = {{"initial_backoff_ms", 200},
+                      {"max_backoff_ms", 500},
+                      {"max_attempts", 100},
+                      {"retry_4xx", true}};
   const json target = {{"url", rabbit_.url("shop", "due")}, {"timeout_ms", 1000}};
   std::vector<uint64_t> ids;
   for (int i = 0; i < 100; ++i) {
@@ -222,6 +232,7 @@ TEST_F(AmqpPushTest, ABrokerKilledAndRestartedMidRunLosesNothing) {
       << Job(later.back()) << server_->log();
   EXPECT_NE(Job(later.back())["state"], "done");
   rabbit_.Recover();
+  rabbit_.Bind("shop", "orders", "due");
   ids.insert(ids.end(), later.begin(), later.end());
   for (uint64_t id : ids) ASSERT_TRUE(WaitState(id, "done", 60s)) << Job(id) << server_->log();
   std::map<uint64_t, int> seen = Seen("orders", 2 * ids.size(), 3s);
