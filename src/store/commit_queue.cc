@@ -114,9 +114,10 @@ void CommitQueue::WriterLoop() {
         urgent_ = 0;
       } else {
         // A burst beyond a batch (a kick of a million jobs) is taken a
-        // batch at a time from a head that moves, each submission moved
-        // once: erasing from the front moved the whole rest every batch.
-        // (Enqueue drops the taken front rather than grow the storage.)
+        // batch at a time from a head that moves, not erased from the
+        // front, which moved the whole rest every batch. (Enqueue drops the
+        // taken front rather than grow the storage, moving the rest again:
+        // amortised O(1) per submission.)
         const size_t n = std::min(Queued(), options_.max_batch);
         auto first = queue_.begin() + static_cast<std::ptrdiff_t>(queue_head_);
         auto end = first + static_cast<std::ptrdiff_t>(n);
