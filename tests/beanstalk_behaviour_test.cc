@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -333,6 +334,51 @@ TEST_F(SmallJobsTest, MaxJobSizeIsEnforcedAndReported) {
   EXPECT_EQ(c.Cmd("put 0 0 10 11\r\n01234567890"), "JOB_TOO_BIG\r\n");
   EXPECT_EQ(c.Cmd("put 0 0 10 10\r\n0123456789"), "INSERTED 1\r\n");
   EXPECT_EQ(Field(c.Cmd("stats"), "max-job-size"), "10");
+}
+
+class SmallWindowTest : public BehaviourTest {
+  std::vector<std::string> Extra() override { return {"--ready-window", "8"}; }
+};
+
+// Delayed jobs whose time comes while nobody reserves: far more than the
+// window, they go cold as ready jobs (a fire writes nothing, so each is
+// stored as ready first) and come back in beanstalkd's order, across a
+// kill -9 too. Once, only the window's 8 came back: the rest were counted
+// ready but stayed delayed in their rows, where no refill looks.
+TEST_F(SmallWindowTest, DelayedJobsThatComeDueBeyondTheWindowAreAllReserved) {
+  constexpr int kJobs = 300;
+  std::set<std::pair<uint32_t, uint64_t>> order;  // (priority, id): beanstalkd's
+  {
+    Client c(server_->port());
+    for (int i = 0; i < kJobs; ++i) {
+      const uint32_t pri = static_cast<uint32_t>(i % 3);
+      order.insert({pri, c.Put("due-" + std::to_string(i), pri, 1)});
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (Field(c.Cmd("stats"), "current-jobs-ready") != std::to_string(kJobs) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_EQ(Field(c.Cmd("stats"), "current-jobs-ready"), std::to_string(kJobs));
+    // The first half reserved before the crash, the rest after it.
+    for (int i = 0; i < kJobs / 2; ++i) {
+      const std::string r = c.Cmd("reserve-with-timeout 5", 10s);
+      ASSERT_EQ(Number(r), order.begin()->second) << i << ": " << r;
+      order.erase(order.begin());
+      ASSERT_EQ(c.Cmd("delete " + std::to_string(Number(r))), "DELETED\r\n");
+    }
+  }
+  server_->Kill9();
+  server_->Restart();
+  Client c(server_->port());
+  EXPECT_EQ(Field(c.Cmd("stats"), "current-jobs-ready"), std::to_string(order.size()));
+  while (!order.empty()) {
+    const std::string r = c.Cmd("reserve-with-timeout 5", 10s);
+    ASSERT_EQ(Number(r), order.begin()->second) << order.size() << " left: " << r;
+    order.erase(order.begin());
+    ASSERT_EQ(c.Cmd("delete " + std::to_string(Number(r))), "DELETED\r\n");
+  }
+  EXPECT_EQ(c.Cmd("reserve-with-timeout 0"), "TIMED_OUT\r\n");
 }
 
 class ConnectionLimitTest : public BehaviourTest {

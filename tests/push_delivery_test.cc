@@ -336,6 +336,27 @@ TEST_F(PushTest, ABacklogBeyondTheWindowIsDeliveredOnceInOrder) {
       << Get("/v1/topics/backlog").dump();
 }
 
+// The same backlog made of delayed jobs whose time comes at once: those
+// beyond the window are ready in memory but delayed in their rows until
+// stored as ready, or a refill would never find them (it once lost all but
+// the window's).
+TEST_F(PushTest, DelayedJobsThatComeDueBeyondTheWindowAreAllDelivered) {
+  server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-push-window-due"),
+                                           std::vector<std::string>{"--ready-window", "8"});
+  Receiver rx;
+  Put("/v1/topics/due", {{"target", {{"url", rx.url()}}}, {"max_concurrency", 1}});
+  json batch = json::array();
+  for (int i = 0; i < 300; ++i) batch.push_back({{"body", i}, {"delay", 300}});
+  Post("/v1/topics/due/jobs", batch);
+  ASSERT_TRUE(rx.WaitFor([](auto& v) { return v.size() >= 300; }, 30s))
+      << rx.count() << " delivered; " << Get("/v1/topics/due").dump();
+  auto got = rx.received();
+  ASSERT_EQ(got.size(), 300u);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(got[i].body, std::to_string(i)) << "delivery " << i;
+  EXPECT_TRUE(WaitUntil([&] { return Get("/v1/topics/due")["counts"]["ready"] == 0; }, 5s))
+      << Get("/v1/topics/due").dump();
+}
+
 TEST_F(PushTest, ADeadTargetDoesNotDelayOtherTopics) {
   Receiver dead([](const Received&, int) {
     Answer a;

@@ -267,7 +267,7 @@ void Engine::ApplyDefaults(const Tube* t, JobSpec& spec, int64_t& ttr_ms) const 
 void Engine::Write(Job* j, Mutation m, Done done) {
   home_->Guard(*j, m);
   ++j->pending_writes;
-  j->counts_unstored = false;  // the mutation carries the whole job
+  j->unstored = false;  // the mutation carries the whole job
   if (auto r = resyncing_.find(j->id); r != resyncing_.end()) r->second = true;
   store_.Submit(std::move(m), [this, id = j->id, done = std::move(done)](const Status& s) {
     Job* job = jobs_.at(id).get();

@@ -421,8 +421,9 @@ class Engine {
   // and a resync all place a record through it; SharedHome::AdoptRow, whose
   // rows stay the database's (no timers, no events), does not.
   void Place(Job* j, store::StoredState state);
-  // A delayed job has just become ready at (or after) its due time.
-  void CountFire(const Job& j);
+  // A delayed job (detached) has just become ready at (or after) its due
+  // time: counted as fired, and ready in memory only (Job::unstored).
+  void Fired(Job* j);
   // A submitted job's insert is durable (ok) or failed: make it visible in
   // its state, or drop it unseen.
   void Publish(Job* j, const Status& s);
@@ -544,6 +545,9 @@ class Engine {
   void TakeAhead(Tube* t, store::JobSet s);
   void SettleWindows();
   void Evict(Tube* t, store::JobSet s);
+  // Writes the jobs beyond the window that Evict cannot take until their
+  // rows say what memory does (Job::unstored).
+  void StoreBeyondWindow(Tube* t, store::JobSet s);
   void Refill(Tube* t, store::JobSet s);
   // Takes rows read after `after` into memory (a refill's, or recovery's).
   void Refilled(Tube* t, store::JobSet s, store::SetKey after, size_t limit,

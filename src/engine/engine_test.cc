@@ -1261,20 +1261,30 @@ class WindowTest : public EngineTest, public ::testing::WithParamInterface<bool>
 };
 
 // A random script of puts, reserves, releases, buries, kicks and peeks,
-// with restarts, checked step by step against a model of beanstalkd's
-// order: ready jobs by priority then id (a release keeps the id), buried
-// ones in bury order, kicked from the front. With reads held back (as
+// delays that run out, and restarts, checked step by step against a model
+// of beanstalkd's order: ready jobs by priority then id (a release keeps the
+// id), buried ones in bury order, kicked from the front, and with none
+// buried delayed ones kicked in due order. With reads held back (as
 // PostgreSQL's would be), every refill races the script's next steps.
 TEST_P(WindowTest, EveryStepKeepsBeanstalkdsOrderAcrossTheEdge) {
   Recorder r;
   Client* c = engine_->Connect(&r);
+  // On a whole millisecond, so that a delay of whole milliseconds ends on
+  // one, as the store keeps it (a restart must not move it).
+  clock_.Advance((1000 - clock_.WallMicros() % 1000) % 1000);
   std::set<std::pair<uint32_t, uint64_t>> ready;  // the model
   std::deque<std::pair<uint32_t, uint64_t>> buried;
+  std::set<std::tuple<int64_t, uint64_t, uint32_t>> delayed;  // (due us, id, priority)
+  auto delay = [&] { return int64_t{100} * (1 + rng_() % 3); };
   for (int step = 0; step < 1500; ++step) {
     const unsigned op = rng_() % 100;
     const uint32_t pri = rng_() % 3;
-    if (op < 35) {
+    if (op < 30) {
       ready.insert({pri, Put(c, "j", 0, pri)});
+    } else if (op < 35) {
+      const int64_t ms = delay();
+      const int64_t due = clock_.WallMicros() + ms * 1000;
+      delayed.insert({due, Put(c, "d", ms, pri), pri});
     } else if (op < 70) {
       const uint64_t id = ReserveNow(r, c);
       ASSERT_NE(id, ~uint64_t{0}) << "step " << step;
@@ -1287,11 +1297,16 @@ TEST_P(WindowTest, EveryStepKeepsBeanstalkdsOrderAcrossTheEdge) {
       if (then == 0) {
         ASSERT_TRUE(Done([&](auto done) { engine_->Delete(c, id, done); }).ok());
       } else if (then == 1) {
+        const int64_t ms = rng_() % 4 == 0 ? delay() : 0;
         {
-          Status s = Done([&](auto done) { engine_->Release(c, id, pri, 0, done); });
+          Status s = Done([&](auto done) { engine_->Release(c, id, pri, ms, done); });
           ASSERT_TRUE(s.ok()) << s.ToString() << " step " << step;
         }
-        ready.insert({pri, id});
+        if (ms == 0) {
+          ready.insert({pri, id});
+        } else {
+          delayed.insert({clock_.WallMicros() + ms * 1000, id, pri});
+        }
       } else {
         ASSERT_TRUE(Done([&](auto done) { engine_->Bury(c, id, held_pri, done); }).ok());
         buried.push_back({held_pri, id});
@@ -1300,11 +1315,17 @@ TEST_P(WindowTest, EveryStepKeepsBeanstalkdsOrderAcrossTheEdge) {
       const uint64_t bound = 1 + rng_() % 7;
       auto kicked = Pumped<uint64_t>([&](auto done) { engine_->Kick(c, bound, done); });
       ASSERT_TRUE(kicked.ok()) << kicked.status().ToString();
-      const uint64_t want = std::min<uint64_t>(bound, buried.size());
+      const bool of_buried = !buried.empty();
+      const uint64_t want = std::min<uint64_t>(bound, of_buried ? buried.size() : delayed.size());
       ASSERT_EQ(*kicked, want) << "step " << step;
       for (uint64_t i = 0; i < want; ++i) {
-        ready.insert(buried.front());
-        buried.pop_front();
+        if (of_buried) {
+          ready.insert(buried.front());
+          buried.pop_front();
+        } else {
+          ready.insert({std::get<2>(*delayed.begin()), std::get<1>(*delayed.begin())});
+          delayed.erase(delayed.begin());
+        }
       }
     } else if (op < 88) {
       auto peek = Pumped<JobView>([&](auto done) { engine_->PeekReady(c, done); });
@@ -1316,20 +1337,33 @@ TEST_P(WindowTest, EveryStepKeepsBeanstalkdsOrderAcrossTheEdge) {
     } else if (op < 90) {
       Restart();
       c = engine_->Connect(&r);
+    } else if (op < 95) {
+      // Delays run out: those jobs are ready at once, in memory only.
+      Advance(100);
+      while (!delayed.empty() && std::get<0>(*delayed.begin()) <= clock_.WallMicros()) {
+        ready.insert({std::get<2>(*delayed.begin()), std::get<1>(*delayed.begin())});
+        delayed.erase(delayed.begin());
+      }
     } else {
       for (int i = 0; i < 3; ++i) Pump();
     }
     auto stats = engine_->StatsTube("default");
     ASSERT_TRUE(stats.ok());
     ASSERT_EQ(stats->ready, ready.size()) << "step " << step;
+    ASSERT_EQ(stats->delayed, delayed.size()) << "step " << step;
     ASSERT_EQ(stats->buried, buried.size()) << "step " << step;
     ASSERT_EQ(stats->urgent, ready.size()) << "step " << step;  // priorities 0-2
   }
-  // Memory holds windows, not the backlog: ready and buried jobs beyond 4
-  // each (and those a settling has not reached yet) are in the store.
+  // Once the last delays have run out, memory holds windows, not the
+  // backlog: ready and buried jobs beyond 4 each are in the store. Then
+  // every ready job comes back, in order.
+  Advance(1000);
+  for (const auto& [due, id, p] : delayed) ready.insert({p, id});
   Settle();
   EXPECT_GT(ready.size() + buried.size(), 20u);
   EXPECT_LE(engine_->jobs_in_memory(), 8u);
+  for (const auto& [p, id] : ready) ASSERT_EQ(ReserveNow(r, c), id);
+  EXPECT_EQ(ReserveNow(r, c), 0u);
 }
 
 // A job whose reserve and timeout are counted in memory only (a ttr ran

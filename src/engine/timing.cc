@@ -69,8 +69,7 @@ void Engine::Fire(EngineTimer* t) {
       Job* j = static_cast<Job*>(t->owner);
       if (j->state == JobState::kDelayed) {
         Detach(j);
-        CountFire(*j);
-        MakeReady(j);
+        Fired(j);
       } else if (j->state == JobState::kReserved) {
         ExpireReservation(j);
       }

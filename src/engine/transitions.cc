@@ -69,10 +69,7 @@ void Engine::CountDue(Tube* t, int64_t hour, int64_t delta) {
 }
 
 void Engine::PlaceDelayed(Job* j) {
-  if (j->due_us <= clock_.WallMicros()) {
-    CountFire(*j);
-    return MakeReady(j);
-  }
+  if (j->due_us <= clock_.WallMicros()) return Fired(j);
   if (store::DueMinute(j->due_ms()) > loaded_minute_) {
     j->state = JobState::kDelayed;  // no timer, no place in the tube: WriteDone takes it out
     return;
@@ -111,10 +108,13 @@ void Engine::Rebury(Job* j) {
   Entered(j);
 }
 
-void Engine::CountFire(const Job& j) {
-  if (metrics_ == nullptr) return;
-  metrics_->fire_lateness.ObserveMicros(clock_.WallMicros() - j.due_us);
-  if (j.tube->counters != nullptr) ++j.tube->counters->fired;
+void Engine::Fired(Job* j) {
+  if (metrics_ != nullptr) {
+    metrics_->fire_lateness.ObserveMicros(clock_.WallMicros() - j->due_us);
+    if (j->tube->counters != nullptr) ++j->tube->counters->fired;
+  }
+  j->unstored = true;  // its row still says delayed: no write for a fire
+  MakeReady(j);
 }
 
 void Engine::Emit(Tube* t, JobEventKind kind, const Job* j) {
@@ -156,7 +156,7 @@ void Engine::Hold(Job* j, Client* holder, int64_t ttr_ms) {
   j->reserver = holder;
   ++j->tube->reserved;
   ++j->counters.reserves;
-  j->counts_unstored = true;
+  j->unstored = true;
   j->deadline_us = clock_.SteadyMicros() + ttr_ms * 1000;
   holder->reserved.insert(j);
   Schedule(j->timer, TickAtSteady(j->deadline_us));

@@ -77,10 +77,12 @@ struct Job {
   // One of those writes failed: once the last is answered, memory takes the
   // store's record again (Engine::Resync).
   bool diverged = false;
-  // Its reserve or timeout counts changed since its last write (a reserve,
-  // a ttr running out: not stored on one node). A job leaving memory for
-  // the store is written first (Engine::Evict).
-  bool counts_unstored = false;
+  // Memory knows of it what its row does not: reserve or timeout counts
+  // changed since its last write (a reserve, a ttr running out: not stored
+  // on one node), or its delay ran out (ready here, still delayed in the
+  // row, which the window scans would never find). A job leaving memory
+  // for the store is written first (Engine::Evict, StoreBeyondWindow).
+  bool unstored = false;
   EngineTimer timer;  // due time when delayed, ttr deadline when reserved
   std::unique_ptr<JobExtra> extra;
   // Cluster mode: the row's version, which the job's next write requires

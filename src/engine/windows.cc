@@ -150,12 +150,7 @@ void Engine::Evict(Tube* t, JobSet s) {
   while (Job* x = Last(t, s)) {
     const SetKey k = SetKeyOf(*x);
     if (SetSize(t, s) <= window_ && (w.cold == 0 || k <= w.edge)) break;
-    if (x->pending_writes > 0 || x->diverged) break;
-    if (x->counts_unstored) {
-      // Its reserve and timeout counts live in memory only: stored first.
-      Write(x, store::Mutation::Update(Record(*x)).Written(), [](const Status&) {});
-      break;
-    }
+    if (x->pending_writes > 0 || x->diverged || x->unstored) return StoreBeyondWindow(t, s);
     Detach(x);
     if (w.cold == 0 || k <= w.edge) w.edge = Before(k);
     ++w.cold;
@@ -163,6 +158,26 @@ void Engine::Evict(Tube* t, JobSet s) {
     if (w.reading && (!w.floor || k < *w.floor)) w.floor = k;
     --t->jobs;
     Forget(x);
+  }
+}
+
+// Every job Evict would take but for what its row lacks is written at once
+// (not one a turn: a burst of due jobs beyond the window is thousands), and
+// goes cold on a later settling, which its WriteDone asks for (Entered).
+void Engine::StoreBeyondWindow(Tube* t, JobSet s) {
+  const Window& w = WindowOf(t, s);
+  std::vector<Job*> unstored;
+  WithSet(t, s, [&](const auto& set) {
+    size_t over = set.size() > window_ ? set.size() - window_ : 0;
+    for (auto it = set.rbegin(); it != set.rend(); ++it) {
+      Job* x = *it;
+      if (over == 0 && (w.cold == 0 || SetKeyOf(*x) <= w.edge)) break;
+      if (over > 0) --over;
+      if (x->unstored && x->pending_writes == 0 && !x->diverged) unstored.push_back(x);
+    }
+  });
+  for (Job* x : unstored) {
+    Write(x, store::Mutation::Update(Record(*x)).Written(), [](const Status&) {});
   }
 }
 
