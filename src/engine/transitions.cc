@@ -113,8 +113,16 @@ void Engine::Fired(Job* j) {
     metrics_->fire_lateness.ObserveMicros(clock_.WallMicros() - j->due_us);
     if (j->tube->counters != nullptr) ++j->tube->counters->fired;
   }
-  j->unstored = true;  // its row still says delayed: no write for a fire
+  // Its row still says delayed, where no window scan looks. Beyond a full
+  // window it is likely to go cold, so its row is made ready now, as it
+  // fires (a burst of thousands is written as it comes, not walked later);
+  // otherwise only if it does go cold (Evict).
+  const bool beyond = window_ > 0 && SetSize(j->tube, SetOf(*j)) >= window_;
+  j->unstored = true;
   MakeReady(j);
+  if (beyond && j->state == JobState::kReady) {  // not handed to a waiter meanwhile
+    Write(j, Mutation::Update(Record(*j)).Written(), [](const Status&) {});
+  }
 }
 
 void Engine::Emit(Tube* t, JobEventKind kind, const Job* j) {

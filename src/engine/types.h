@@ -135,6 +135,9 @@ struct Window {
   // before the edge (Engine::FirstOf).
   store::SetKey edge;
   bool reading = false;  // a refill's read (aside or ahead) is in flight
+  // Writes of Engine::StoreBeyondWindow not yet answered: until they are,
+  // Evict does not look for more (each look walks the jobs beyond).
+  size_t storing = 0;
   // A refill's read ahead (Store::ScanSetAhead) in flight, with what it
   // asked: taken when it is answered, or at once by a call that cannot wait
   // (Engine::WhenRefilled).

@@ -150,7 +150,11 @@ void Engine::Evict(Tube* t, JobSet s) {
   while (Job* x = Last(t, s)) {
     const SetKey k = SetKeyOf(*x);
     if (SetSize(t, s) <= window_ && (w.cold == 0 || k <= w.edge)) break;
-    if (x->pending_writes > 0 || x->diverged || x->unstored) return StoreBeyondWindow(t, s);
+    if (x->pending_writes > 0 || x->diverged) break;  // its WriteDone looks again
+    if (x->unstored) {
+      if (w.storing == 0) StoreBeyondWindow(t, s);
+      break;
+    }
     Detach(x);
     if (w.cold == 0 || k <= w.edge) w.edge = Before(k);
     ++w.cold;
@@ -162,10 +166,11 @@ void Engine::Evict(Tube* t, JobSet s) {
 }
 
 // Every job Evict would take but for what its row lacks is written at once
-// (not one a turn: a burst of due jobs beyond the window is thousands), and
-// goes cold on a later settling, which its WriteDone asks for (Entered).
+// (not one a turn), and goes cold on a later settling, which its WriteDone
+// asks for (Entered). A job due beyond the window was written when it fired
+// (Fired); these are the few that were not, or that memory changed since.
 void Engine::StoreBeyondWindow(Tube* t, JobSet s) {
-  const Window& w = WindowOf(t, s);
+  Window& w = WindowOf(t, s);
   std::vector<Job*> unstored;
   WithSet(t, s, [&](const auto& set) {
     size_t over = set.size() > window_ ? set.size() - window_ : 0;
@@ -176,8 +181,11 @@ void Engine::StoreBeyondWindow(Tube* t, JobSet s) {
       if (x->unstored && x->pending_writes == 0 && !x->diverged) unstored.push_back(x);
     }
   });
+  w.storing += unstored.size();
   for (Job* x : unstored) {
-    Write(x, store::Mutation::Update(Record(*x)).Written(), [](const Status&) {});
+    // Answered before the write's WriteDone, while the job keeps its tube.
+    Write(x, store::Mutation::Update(Record(*x)).Written(),
+          [this, t, s](const Status&) { --WindowOf(t, s).storing; });
   }
 }
 
