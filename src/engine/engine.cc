@@ -346,10 +346,13 @@ void Engine::TakeStored(Job* j, const Result<std::optional<JobRecord>>& read) {
   j->ttr_ms = rec->ttr_ms;
   j->run_at_ms = rec->run_at_ms;
   // Reserves and timeouts are counted in memory and stored with the next
-  // write: memory has the truth of those two.
+  // write: memory has the truth of those two, and the row lacks them if
+  // they differ (so the job is written before it goes cold).
   store::JobCounters counters = rec->counters;
   counters.reserves = j->counters.reserves;
   counters.timeouts = j->counters.timeouts;
+  j->unstored =
+      counters.reserves != rec->counters.reserves || counters.timeouts != rec->counters.timeouts;
   j->counters = counters;
   if (*j->body != rec->body) j->body = std::make_shared<const std::string>(rec->body);
   SetExtra(j, *rec);

@@ -1387,6 +1387,36 @@ TEST_P(WindowTest, CountsKeptOnlyInMemoryAreWrittenBeforeAJobGoesCold) {
   EXPECT_EQ(stats->counters.timeouts, 1u);
 }
 
+// A failed write takes the store's record again but keeps memory's reserve
+// count, which the row lacks: the job is written before it goes cold.
+TEST_P(WindowTest, CountsKeptAcrossAFailedWriteAreWrittenBeforeAJobGoesCold) {
+  Recorder r, h;
+  Client* c = engine_->Connect(&r);
+  const uint64_t late = Put(c, "late", 0, 100);
+  for (int i = 0; i < 5; ++i) Put(c, "early", 0, 1);
+  for (int i = 0; i < 5; ++i) Pump();
+  Client* holder = engine_->Connect(&h);
+  auto held = Pumped<JobView>([&](auto done) { engine_->ReserveJob(holder, late, done); });
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  // Ready again beyond the window, its reserve counted in memory only; the
+  // write that would store it fails, and the store's record is taken again.
+  flaky_->failing = true;
+  engine_->Disconnect(holder);
+  PumpUntil([&] { return flaky_->failed_submissions > 0; });
+  flaky_->failing = false;
+  // The resync's read, the write and the settling that follows it, each
+  // on a later tick of the loop.
+  for (int i = 0; i < 10 && engine_->jobs_in_memory() > 4; ++i) {
+    Advance(10);
+    Settle();
+  }
+  EXPECT_EQ(engine_->jobs_in_memory(), 4u);
+  auto stats = Pumped<JobStats>([&](auto done) { engine_->StatsJob(late, done); });
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->state, JobState::kReady);
+  EXPECT_EQ(stats->counters.reserves, 1u);
+}
+
 // A reserve that finds the window empty while jobs wait in the store is
 // served by the refill, never TIMED_OUT.
 TEST_P(WindowTest, AReserveWaitsForTheRefillNotForItsTimeout) {

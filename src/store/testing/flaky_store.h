@@ -32,6 +32,7 @@ class FlakyStore final : public Store {
   }
   void Submit(Mutation m, Done done) override {
     if (failing) {
+      ++failed_submissions;
       post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
       return;
     }
@@ -39,6 +40,7 @@ class FlakyStore final : public Store {
   }
   void SubmitAll(std::vector<Mutation> ms, Done done) override {
     if (failing) {
+      ++failed_submissions;
       post_([done = std::move(done)] { done(Status::IoError("disk full (simulated)")); });
       return;
     }
@@ -124,7 +126,8 @@ class FlakyStore final : public Store {
   bool failing = false;
   bool reads_failing = false;
   bool defer_reads = false;
-  size_t set_scans = 0;  // ScanSet and ScanSetAhead calls, failed ones too
+  size_t set_scans = 0;           // ScanSet and ScanSetAhead calls, failed ones too
+  size_t failed_submissions = 0;  // Submit and SubmitAll calls failed while `failing`
   // Submissions forwarded and not yet answered.
   size_t pending() const { return pending_; }
 
