@@ -42,6 +42,30 @@ class PushTest : public ::testing::Test {
     return WaitUntil([&] { return Get("/v1/jobs/" + std::to_string(id))["state"] == state; },
                      timeout);
   }
+  // Issue 34: 300 push jobs in a topic delivering one at a time (so that
+  // arrival order is dispatch order), on a server whose windows hold 8: those
+  // beyond the window wait in the store and are read back as the dispatcher
+  // drains it, each delivered once, in order. `delay_ms` makes them delayed
+  // jobs whose time comes at once: those beyond the window are ready in memory
+  // but delayed in their rows until stored as ready, or a refill would never
+  // find them (it once lost all but the window's).
+  void DeliversABacklogBeyondTheWindow(const std::string& topic, int delay_ms) {
+    server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-push-window"),
+                                             std::vector<std::string>{"--ready-window", "8"});
+    Receiver rx;
+    const std::string path = "/v1/topics/" + topic;
+    Put(path, {{"target", {{"url", rx.url()}}}, {"max_concurrency", 1}});
+    json batch = json::array();
+    for (int i = 0; i < 300; ++i) batch.push_back({{"body", i}, {"delay", delay_ms}});
+    Post(path + "/jobs", batch);
+    ASSERT_TRUE(rx.WaitFor([](auto& v) { return v.size() >= 300; }, 30s))
+        << rx.count() << " delivered; " << Get(path).dump();
+    auto got = rx.received();
+    ASSERT_EQ(got.size(), 300u);
+    for (int i = 0; i < 300; ++i) EXPECT_EQ(got[i].body, std::to_string(i)) << "delivery " << i;
+    EXPECT_TRUE(WaitUntil([&] { return Get(path)["counts"]["ready"] == 0; }, 5s))
+        << Get(path).dump();
+  }
   std::unique_ptr<DelaydServer> server_;
 };
 
@@ -317,44 +341,12 @@ TEST_F(PushTest, RateLimitHoldsWithinTenPercent) {
   EXPECT_LT(rate, 55.0);
 }
 
-// Issue 34: push jobs beyond a window of 8 wait in the store and are read
-// back as the dispatcher drains the window: each delivered once, in order.
 TEST_F(PushTest, ABacklogBeyondTheWindowIsDeliveredOnceInOrder) {
-  server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-push-window"),
-                                           std::vector<std::string>{"--ready-window", "8"});
-  Receiver rx;
-  // One delivery at a time, so that arrival order is dispatch order.
-  Put("/v1/topics/backlog", {{"target", {{"url", rx.url()}}}, {"max_concurrency", 1}});
-  json batch = json::array();
-  for (int i = 0; i < 300; ++i) batch.push_back({{"body", i}});
-  Post("/v1/topics/backlog/jobs", batch);
-  ASSERT_TRUE(rx.WaitFor([](auto& v) { return v.size() >= 300; }, 30s)) << rx.count();
-  auto got = rx.received();
-  ASSERT_EQ(got.size(), 300u);
-  for (int i = 0; i < 300; ++i) EXPECT_EQ(got[i].body, std::to_string(i)) << "delivery " << i;
-  EXPECT_TRUE(WaitUntil([&] { return Get("/v1/topics/backlog")["counts"]["ready"] == 0; }, 5s))
-      << Get("/v1/topics/backlog").dump();
+  DeliversABacklogBeyondTheWindow("backlog", 0);
 }
 
-// The same backlog made of delayed jobs whose time comes at once: those
-// beyond the window are ready in memory but delayed in their rows until
-// stored as ready, or a refill would never find them (it once lost all but
-// the window's).
 TEST_F(PushTest, DelayedJobsThatComeDueBeyondTheWindowAreAllDelivered) {
-  server_ = std::make_unique<DelaydServer>(MakeTempDir("delayd-push-window-due"),
-                                           std::vector<std::string>{"--ready-window", "8"});
-  Receiver rx;
-  Put("/v1/topics/due", {{"target", {{"url", rx.url()}}}, {"max_concurrency", 1}});
-  json batch = json::array();
-  for (int i = 0; i < 300; ++i) batch.push_back({{"body", i}, {"delay", 300}});
-  Post("/v1/topics/due/jobs", batch);
-  ASSERT_TRUE(rx.WaitFor([](auto& v) { return v.size() >= 300; }, 30s))
-      << rx.count() << " delivered; " << Get("/v1/topics/due").dump();
-  auto got = rx.received();
-  ASSERT_EQ(got.size(), 300u);
-  for (int i = 0; i < 300; ++i) EXPECT_EQ(got[i].body, std::to_string(i)) << "delivery " << i;
-  EXPECT_TRUE(WaitUntil([&] { return Get("/v1/topics/due")["counts"]["ready"] == 0; }, 5s))
-      << Get("/v1/topics/due").dump();
+  DeliversABacklogBeyondTheWindow("due", 300);
 }
 
 TEST_F(PushTest, ADeadTargetDoesNotDelayOtherTopics) {
