@@ -1257,6 +1257,24 @@ class WindowTest : public EngineTest, public ::testing::WithParamInterface<bool>
       return flaky_->pending() == 0 && flaky_->reads_deferred() == 0;
     });
   }
+  // A job of priority 100 ("late") put before five of priority 1, so that
+  // it sorts beyond the window of 4 and goes cold: its id.
+  uint64_t PutBehindAFullWindow(Client* c, int64_t ttr_ms) {
+    const uint64_t late = Put(c, "late", 0, 100, ttr_ms);
+    for (int i = 0; i < 5; ++i) Put(c, "early", 0, 1);
+    for (int i = 0; i < 5; ++i) Pump();
+    return late;
+  }
+  // Only the window is in memory, and `id` reads back ready from the store
+  // with these counts.
+  void ExpectColdAndReady(uint64_t id, uint32_t reserves, uint32_t timeouts) {
+    EXPECT_EQ(engine_->jobs_in_memory(), 4u);
+    auto stats = Pumped<JobStats>([&](auto done) { engine_->StatsJob(id, done); });
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_EQ(stats->state, JobState::kReady);
+    EXPECT_EQ(stats->counters.reserves, reserves);
+    EXPECT_EQ(stats->counters.timeouts, timeouts);
+  }
   std::mt19937 rng_{20261128};
 };
 
@@ -1371,20 +1389,13 @@ TEST_P(WindowTest, EveryStepKeepsBeanstalkdsOrderAcrossTheEdge) {
 TEST_P(WindowTest, CountsKeptOnlyInMemoryAreWrittenBeforeAJobGoesCold) {
   Recorder r;
   Client* c = engine_->Connect(&r);
-  const uint64_t late = Put(c, "late", 0, 100, 1000);
-  for (int i = 0; i < 5; ++i) Put(c, "early", 0, 1);
-  for (int i = 0; i < 5; ++i) Pump();
+  const uint64_t late = PutBehindAFullWindow(c, 1000);
   EXPECT_EQ(engine_->jobs_in_memory(), 4u);
   auto held = Pumped<JobView>([&](auto done) { engine_->ReserveJob(c, late, done); });
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   Advance(1500);  // its ttr runs out: ready again, beyond the window
   Settle();
-  EXPECT_EQ(engine_->jobs_in_memory(), 4u);
-  auto stats = Pumped<JobStats>([&](auto done) { engine_->StatsJob(late, done); });
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-  EXPECT_EQ(stats->state, JobState::kReady);
-  EXPECT_EQ(stats->counters.reserves, 1u);
-  EXPECT_EQ(stats->counters.timeouts, 1u);
+  ExpectColdAndReady(late, 1, 1);
 }
 
 // A failed write takes the store's record again but keeps memory's reserve
@@ -1392,9 +1403,7 @@ TEST_P(WindowTest, CountsKeptOnlyInMemoryAreWrittenBeforeAJobGoesCold) {
 TEST_P(WindowTest, CountsKeptAcrossAFailedWriteAreWrittenBeforeAJobGoesCold) {
   Recorder r, h;
   Client* c = engine_->Connect(&r);
-  const uint64_t late = Put(c, "late", 0, 100);
-  for (int i = 0; i < 5; ++i) Put(c, "early", 0, 1);
-  for (int i = 0; i < 5; ++i) Pump();
+  const uint64_t late = PutBehindAFullWindow(c, 10'000);
   Client* holder = engine_->Connect(&h);
   auto held = Pumped<JobView>([&](auto done) { engine_->ReserveJob(holder, late, done); });
   ASSERT_TRUE(held.ok()) << held.status().ToString();
@@ -1410,11 +1419,7 @@ TEST_P(WindowTest, CountsKeptAcrossAFailedWriteAreWrittenBeforeAJobGoesCold) {
     Advance(10);
     Settle();
   }
-  EXPECT_EQ(engine_->jobs_in_memory(), 4u);
-  auto stats = Pumped<JobStats>([&](auto done) { engine_->StatsJob(late, done); });
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-  EXPECT_EQ(stats->state, JobState::kReady);
-  EXPECT_EQ(stats->counters.reserves, 1u);
+  ExpectColdAndReady(late, 1, 0);
 }
 
 // A reserve that finds the window empty while jobs wait in the store is
