@@ -64,6 +64,26 @@ struct GrpcSender::Target {
 };
 
 struct GrpcSender::Call {
+  // Counts the call among the sender's live ones. Declared first, so
+  // destroyed last: once gRPC's thread has destroyed the context and all
+  // else the call held, Stop() may return and gRPC be shut down. Destroying
+  // the context while the library shut down once freed memory twice (an
+  // ASan report in grpc_sender_test at exit).
+  struct Live {
+    explicit Live(GrpcSender* s) : sender(s) {
+      std::lock_guard lock(sender->mu_);
+      ++sender->live_calls_;
+    }
+    ~Live() {
+      std::lock_guard lock(sender->mu_);
+      if (--sender->live_calls_ == 0) sender->cv_.notify_all();
+    }
+    Live(const Live&) = delete;
+    Live& operator=(const Live&) = delete;
+    GrpcSender* sender;
+  };
+  explicit Call(GrpcSender* s) : live(s) {}
+  Live live;
   grpc::ClientContext ctx;
   delayd::v1::Delivery request;
   delayd::v1::Delivered response;
@@ -85,13 +105,16 @@ void GrpcSender::Stop() {
   stopping_ = true;
   cv_.notify_all();
   // Cancelled without the lock: gRPC may run a completion, which takes it,
-  // on this thread.
-  const std::set<std::shared_ptr<Call>> calls = in_flight_;
+  // on this thread; and the copies are dropped without it too, since the
+  // last reference to a call takes it as well (Call::Live).
+  std::set<std::shared_ptr<Call>> calls = in_flight_;
   lock.unlock();
   for (const auto& call : calls) call->ctx.TryCancel();
+  calls.clear();
   lock.lock();
-  // gRPC runs each call's completion once cancelled; wait for all of them.
-  cv_.wait(lock, [this] { return in_flight_.empty(); });
+  // gRPC runs each call's completion once cancelled; wait for all of them,
+  // and for gRPC's threads to have let go of every call.
+  cv_.wait(lock, [this] { return in_flight_.empty() && live_calls_ == 0; });
   lock.unlock();
   if (resolver_.joinable()) resolver_.join();
 }
@@ -251,7 +274,7 @@ void GrpcSender::OnResolved(const std::string& key, std::vector<std::string> add
 }
 
 void GrpcSender::StartCall(Target& t, OutRequest req, Callback done) {
-  auto call = std::make_shared<Call>();
+  auto call = std::make_shared<Call>(this);
   call->done = std::move(done);
   call->key = (t.url.tls ? "grpcs://" : "grpc://") + t.url.authority;
   call->started_us = clock_.SteadyMicros();
@@ -306,15 +329,18 @@ void GrpcSender::StartCall(Target& t, OutRequest req, Callback done) {
         if (!s.ok()) {
           r.error = std::string(delivery::GrpcCodeName(r.grpc_code)) + ": " + s.error_message();
         }
-        executor_([this, call, r = std::move(r)]() mutable {
-          auto it = targets_.find(call->key);
-          if (it != targets_.end()) {
-            --it->second->calls;
-            if (r.grpc_code == static_cast<int>(grpc::StatusCode::UNAVAILABLE))
-              it->second->stale = true;
-          }
-          call->done(std::move(r));
-        });
+        // The loop gets what it needs, not the call: a Stop() on the loop
+        // waits for every call to be gone.
+        executor_(
+            [this, key = call->key, done = std::move(call->done), r = std::move(r)]() mutable {
+              auto it = targets_.find(key);
+              if (it != targets_.end()) {
+                --it->second->calls;
+                if (r.grpc_code == static_cast<int>(grpc::StatusCode::UNAVAILABLE))
+                  it->second->stale = true;
+              }
+              done(std::move(r));
+            });
       });
 }
 

@@ -89,6 +89,9 @@ class GrpcSender final : public delivery::HttpSender {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::set<std::shared_ptr<Call>> in_flight_;
+  // Calls not yet destroyed: a completion drops its call on gRPC's thread
+  // after it left in_flight_, and Stop() waits for that too (Call::Live).
+  size_t live_calls_ = 0;
   std::deque<Lookup> lookups_;
   std::thread resolver_;
 };
