@@ -3,8 +3,9 @@
 // a node of its own on loopback ports (scripts/rabbitmq-temp), read back by
 // a client outside delayd (tests/amqp/broker.py, python3-pika). Every job
 // lands once with its body and headers, persistent, and reads back done;
-// what the broker will not route or take is a dead letter with its words;
-// a broker killed and restarted mid-run loses nothing; kill -9 of delayd
+// what the broker will not take is a dead letter with its words, and what it
+// cannot route yet is retried until a queue is bound; a broker killed and
+// restarted mid-run loses nothing; kill -9 of delayd
 // duplicates at most the jobs in flight; and the URL rules.
 #include <gtest/gtest.h>
 
@@ -171,10 +172,11 @@ TEST_F(AmqpPushTest, EveryJobLandsOnceWithItsBodyAndHeadersPersistentAndReadsBac
       << metrics;
 }
 
-TEST_F(AmqpPushTest, WhatTheBrokerWillNotRouteOrTakeIsADeadLetterWithItsWords) {
+TEST_F(AmqpPushTest, WhatTheBrokerWillNotTakeIsADeadLetterWithItsWords) {
   rabbit_.Bind("shop", "orders", "due");
   const json retry = {{"initial_backoff_ms", 100}, {"jitter", false}, {"max_attempts", 5}};
-  // No queue bound for this routing key: the mandatory message comes back.
+  // No queue bound for this routing key: the mandatory message comes back,
+  // each attempt, until the policy's attempts run out.
   json unroutable = Submit(
       "t", {{"body", "x"}, {"target", {{"url", rabbit_.url("shop", "nobody")}}}, {"retry", retry}});
   // No such exchange: the broker closes the channel.
@@ -189,33 +191,56 @@ TEST_F(AmqpPushTest, WhatTheBrokerWillNotRouteOrTakeIsADeadLetterWithItsWords) {
   ASSERT_TRUE(WaitState(unroutable["id"], "buried")) << Job(unroutable["id"]) << server_->log();
   ASSERT_TRUE(WaitState(missing["id"], "buried")) << Job(missing["id"]) << server_->log();
   ASSERT_TRUE(WaitState(refused["id"], "buried")) << Job(refused["id"]) << server_->log();
-  for (const auto& [j, words] :
-       {std::pair{unroutable, "NO_ROUTE"}, {missing, "NOT_FOUND"}, {refused, "ACCESS_REFUSED"}}) {
+  for (const auto& [j, words] : {std::pair{missing, "NOT_FOUND"}, {refused, "ACCESS_REFUSED"}}) {
     json dead = Job(j["id"]);
     EXPECT_EQ(dead["attempts"], 1) << "not retried: " << dead;
     const std::string error = dead["last_error"].get<std::string>();
     EXPECT_NE(error.find(words), std::string::npos) << error;
     EXPECT_NE(error.find("not retried"), std::string::npos) << error;
   }
+  json dead = Job(unroutable["id"]);
+  EXPECT_EQ(dead["attempts"], 5) << "retried as its policy says: " << dead;
+  const std::string error = dead["last_error"].get<std::string>();
+  EXPECT_NE(error.find("312 NO_ROUTE"), std::string::npos) << error;
+  EXPECT_NE(error.find("routing key 'nobody'"), std::string::npos) << error;
+  EXPECT_EQ(error.find("not retried"), std::string::npos) << error;
   // The same connection carries on: a routable job after them lands.
   json good = Submit("t", {{"body", "z"}, {"target", {{"url", rabbit_.url("shop", "due")}}}});
   ASSERT_TRUE(WaitState(good["id"], "done")) << Job(good["id"]) << server_->log();
   EXPECT_EQ(Seen("orders", 2, 2s), (std::map<uint64_t, int>{{good["id"], 1}}));
 }
 
+// A job due before its consumer has bound a queue (or while a node that
+// just restarted routes nothing yet) waits, retried, and lands once one is.
+TEST_F(AmqpPushTest, AMessageNoQueueIsBoundForYetLandsOnceOneIs) {
+  rabbit_.Bind("shop", "other", "elsewhere");  // the exchange, without the key
+  const json retry = {{"initial_backoff_ms", 100}, {"max_backoff_ms", 200}, {"max_attempts", 1000}};
+  json j = Submit(
+      "t",
+      {{"body", "early"}, {"target", {{"url", rabbit_.url("shop", "due")}}}, {"retry", retry}});
+  ASSERT_TRUE(WaitUntil([&] { return Job(j["id"])["attempts"].get<int>() >= 2; }, 30s))
+      << Job(j["id"]) << server_->log();
+  json waiting = Job(j["id"]);
+  EXPECT_NE(waiting["state"], "done");
+  EXPECT_NE(waiting["state"], "buried");
+  EXPECT_NE(waiting["last_error"].get<std::string>().find("312 NO_ROUTE"), std::string::npos)
+      << waiting;
+  rabbit_.Bind("shop", "orders", "due");
+  ASSERT_TRUE(WaitState(j["id"], "done", 30s)) << Job(j["id"]) << server_->log();
+  EXPECT_EQ(Seen("orders", 2, 2s), (std::map<uint64_t, int>{{j["id"], 1}}));
+  EXPECT_TRUE(rabbit_.Drain("other", 1, 1s).empty()) << "never routed by another key";
+}
+
 // What is tested is delayd across the broker's outage, not the broker's own
 // recovery: once in a full run (2026-11-29) the first publish after the
 // node came back got `312 NO_ROUTE` (the binding made just before the
-// kill -9 not yet back, or lost with it), which a job's default policy
-// dead-letters at once. So the jobs retry that too (`retry_4xx`), and the
-// binding is declared again after the restart, as a consumer application
-// does when it reconnects.
+// kill -9 not yet back, or lost with it). That is a failed attempt,
+// retried like the refused connections before it (no `retry_4xx` here),
+// and the binding is declared again after the restart, as a consumer
+// application does when it reconnects.
 TEST_F(AmqpPushTest, ABrokerKilledAndRestartedMidRunLosesNothing) {
   rabbit_.Bind("shop", "orders", "due");
-  const json retry = {{"initial_backoff_ms", 200},
-                      {"max_backoff_ms", 500},
-                      {"max_attempts", 100},
-                      {"retry_4xx", true}};
+  const json retry = {{"initial_backoff_ms", 200}, {"max_backoff_ms", 500}, {"max_attempts", 100}};
   const json target = {{"url", rabbit_.url("shop", "due")}, {"timeout_ms", 1000}};
   std::vector<uint64_t> ids;
   for (int i = 0; i < 100; ++i) {

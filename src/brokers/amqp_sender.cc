@@ -407,7 +407,11 @@ void AmqpSender::Connection::Settle(uint64_t tag, bool multiple, bool acked) {
     if (!acked) {
       Finish(p, OutResult::Broker::kFailed, "nacked by the broker (it could not take the message)");
     } else if (!p.returned.empty()) {
-      Finish(p, OutResult::Broker::kRejected, p.returned);
+      // Unroutable is a failed attempt, retried by the job's policy (issue
+      // 32): a node that has just come back may route nothing for a moment,
+      // and a consumer may bind its queue later. A routing key that never
+      // matches is a dead letter once the attempts run out, with these words.
+      Finish(p, OutResult::Broker::kFailed, p.returned);
     } else {
       Finish(p, OutResult::Broker::kAcknowledged, "");
     }

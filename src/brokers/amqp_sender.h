@@ -14,9 +14,9 @@
 // backoff (100 ms doubling to 10 s); a publish waits for it no longer than
 // its target's timeout.
 //
-// Outcomes: ack -> acknowledged; a return (no queue bound: the message was
-// unroutable), a refused login or vhost, or a channel closed naming the
-// publish's exchange (missing, or not this user's) -> rejected; a nack, a
+// Outcomes: ack -> acknowledged; a refused login or vhost, or a channel
+// closed naming the publish's exchange (missing, or not this user's) ->
+// rejected; a return (no queue bound: the message was unroutable), a nack, a
 // lost connection or no confirm within the timeout -> failed (retried).
 //
 // Threading: Send() and Stop() on the event loop, whose executor runs every
