@@ -27,10 +27,10 @@ void LocalHome::ReservedById(Job* j, Reply<JobView> done) { done(e_.View(*j)); }
 // beyond their windows (windows.cc). The caller knows the job is not in
 // memory.
 bool LocalHome::IsFar(const store::JobRecord& r) const {
-  const int64_t minute = store::DueMinute(r.due_ms);
   if (r.state == store::StoredState::kReady || r.state == store::StoredState::kBuried) {
     return e_.window_ > 0;
   }
+  const int64_t minute = store::DueMinute(r.due_ms);
   return r.state == store::StoredState::kDelayed &&
          (minute > e_.loaded_minute_ ||
           (minute == e_.loaded_minute_ && !e_.load_done_ && r.id > e_.load_cursor_));
