@@ -340,27 +340,30 @@ void Engine::Kick(Client* c, uint64_t bound, std::function<void(Result<uint64_t>
 
 // Picks the jobs to kick from memory; when it needs delayed jobs beyond the
 // horizon, reads them aside and picks again with the rows (`far`) in hand.
-void Engine::KickTube(const std::string& name, uint64_t bound,
+void Engine::KickTube(Client* c, const std::string& name, uint64_t bound,
                       std::optional<std::pair<std::vector<JobRecord>, uint64_t>> far,
                       Reply<uint64_t> done) {
   Tube* t = FindTube(name);
   if (t == nullptr) return done(uint64_t{0});
   std::vector<Job*> kicked;
   if (t->buried_count() > 0) {
-    return KickBuried(name, bound, std::move(done));
+    return KickBuried(c, name, bound, std::move(done));
   } else {
     for (auto it = t->delayed.begin(); it != t->delayed.end() && kicked.size() < bound; ++it) {
       kicked.push_back(*it);
     }
     if (kicked.size() < bound && t->far_delayed > 0 && !far) {
+      Pin(c);  // the client's next command waits for the kick (Reading)
       return Aside(
           [&store = store_, name, after = loaded_minute_ - 1, limit = bound - kicked.size() + 64] {
             return store.FarDelayed(name, after, limit);
           },
-          [this, name, bound, done = std::move(done)](Result<std::vector<JobRecord>> rows,
-                                                      uint64_t since) mutable {
+          [this, c, name, bound, done = std::move(done)](Result<std::vector<JobRecord>> rows,
+                                                         uint64_t since) mutable {
+            if (!Unpin(c)) return done(Status::Unavailable("the client hung up"));
             if (!rows.ok()) return done(rows.status());
-            KickTube(name, bound, std::make_pair(std::move(rows).value(), since), std::move(done));
+            KickTube(c, name, bound, std::make_pair(std::move(rows).value(), since),
+                     std::move(done));
           });
     }
     if (far) {
@@ -381,7 +384,7 @@ void Engine::KickTube(const std::string& name, uint64_t bound,
 // let a client's next commands in between): those beyond the window are
 // read in first, as many as the kick needs (again while a read brings more:
 // one answered aside may stop short of jobs that went cold meanwhile).
-void Engine::KickBuried(const std::string& name, uint64_t bound, Reply<uint64_t> done,
+void Engine::KickBuried(Client* c, const std::string& name, uint64_t bound, Reply<uint64_t> done,
                         std::optional<size_t> had) {
   Tube* t = FindTube(name);
   if (t == nullptr || bound == 0) return done(uint64_t{0});
@@ -392,11 +395,13 @@ void Engine::KickBuried(const std::string& name, uint64_t bound, Reply<uint64_t>
     kicked.push_back(*it);
   }
   if (kicked.size() < bound && w.cold > 0 && (!had || kicked.size() > *had)) {
+    Pin(c);  // the client's next command waits for the kick (Reading)
     return WhenRefilled(
         t, store::JobSet::kBuried,
-        [this, name, bound, done = std::move(done), n = kicked.size()](const Status& s) mutable {
+        [this, c, name, bound, done = std::move(done), n = kicked.size()](const Status& s) mutable {
+          if (!Unpin(c)) return done(Status::Unavailable("the client hung up"));
           if (!s.ok()) return done(s);
-          KickBuried(name, bound, std::move(done), n);
+          KickBuried(c, name, bound, std::move(done), n);
         },
         bound - kicked.size());
   }

@@ -123,7 +123,11 @@ void Engine::Disconnect(Client* c) {
 }
 
 bool Engine::Unpin(Client* c) {
-  if (--c->reads > 0 || !c->gone) return !c->gone;
+  if (--c->reads > 0) return !c->gone;
+  if (!c->gone) {
+    if (c->observer != nullptr) c->observer->OnReadsAnswered();
+    return true;
+  }
   auto it = std::find_if(departed_.begin(), departed_.end(), [c](auto& p) { return p.get() == c; });
   departed_.erase(it);
   return false;

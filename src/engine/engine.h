@@ -160,6 +160,13 @@ class Engine {
   // visible to reserves only then.
   void Put(Client* c, uint32_t priority, int64_t delay_ms, int64_t ttr_ms, std::string body,
            std::function<void(Result<uint64_t>)> done);
+  // Whether a command of `c` waits for a read aside before it takes effect
+  // in memory (a kick or a peek reading jobs beyond a window or the
+  // horizon, a change of a job only in the store). The client's next
+  // command must wait until ClientObserver::OnReadsAnswered, or it could
+  // overtake this one: a delete of a job that an unanswered kick would
+  // have kicked. (SQLite answers reads at once; PostgreSQL aside.)
+  bool Reading(const Client* c) const { return c->reads > 0; }
   // Ends in exactly one ClientObserver call, possibly before returning.
   // timeout_ms < 0 waits forever.
   void Reserve(Client* c, int64_t timeout_ms);
@@ -470,9 +477,11 @@ class Engine {
   // behalf of client `c`, if given: kUnavailable if it hangs up meanwhile.
   void FindOrLoad(uint64_t id, std::function<bool(const Job&)> allowed, Reply<Job*> done,
                   Client* c = nullptr);
-  void KickBuried(const std::string& name, uint64_t bound, Reply<uint64_t> done,
+  // A kick of client `c` in tube `name`, pinning `c` while it reads
+  // (Reading).
+  void KickBuried(Client* c, const std::string& name, uint64_t bound, Reply<uint64_t> done,
                   std::optional<size_t> had = std::nullopt);
-  void KickTube(const std::string& name, uint64_t bound,
+  void KickTube(Client* c, const std::string& name, uint64_t bound,
                 std::optional<std::pair<std::vector<store::JobRecord>, uint64_t>> far,
                 Reply<uint64_t> done);
   // Kicks each of `kicked`; `done` gets how many the store took.

@@ -1494,6 +1494,41 @@ TEST_P(WindowTest, APeekTakesARefillReadAheadAtOnce) {
   EXPECT_EQ(ReserveNow(r, c), 0u);
 }
 
+// A kick that reads buried jobs beyond the window pins its client until the
+// read is answered (Engine::Reading), so that a session runs none of the
+// client's later commands before the kick has taken its jobs: answered
+// aside, a pipelined delete of a job the kick was about to kick overtook it
+// (pg:CompatTest). Read at once, the kick has taken them when it returns.
+TEST_P(WindowTest, AKickReadingBeyondTheWindowHoldsTheClientsNextCommands) {
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back(Put(c, "j", 0, 1));
+  Settle();
+  for (uint64_t id : ids) {
+    ASSERT_EQ(ReserveNow(r, c), id);
+    ASSERT_TRUE(Done([&](auto done) { engine_->Bury(c, id, 1, done); }).ok());
+  }
+  Settle();
+  ASSERT_EQ(engine_->jobs_in_memory(), 4u) << "six buried jobs beyond the window";
+  std::optional<Result<uint64_t>> kicked;
+  engine_->Kick(c, 8, [&](Result<uint64_t> n) { kicked.emplace(std::move(n)); });
+  if (GetParam()) {
+    EXPECT_TRUE(engine_->Reading(c)) << "the kick waits for its read";
+    EXPECT_EQ(r.reads_answered, 0);
+    flaky_->DeliverReads();
+    PumpUntil([&] { return !engine_->Reading(c); });
+    EXPECT_EQ(r.reads_answered, 1);
+  }
+  EXPECT_FALSE(engine_->Reading(c));
+  auto peek = Pumped<JobView>([&](auto done) { engine_->PeekReady(c, done); });
+  ASSERT_TRUE(peek.ok()) << peek.status().ToString();
+  EXPECT_EQ(peek->id, ids[0]) << "the kick took effect before the next command";
+  PumpUntil([&] { return kicked.has_value(); });
+  ASSERT_TRUE(kicked.has_value() && kicked->ok());
+  EXPECT_EQ(kicked->value(), 8u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Reads, WindowTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Deferred" : "AtOnce"; });
 

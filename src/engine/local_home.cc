@@ -60,7 +60,7 @@ void LocalHome::FindBuried(uint64_t id, Reply<Job*> done) {
 }
 
 void LocalHome::Kick(Client* c, uint64_t bound, Reply<uint64_t> done) {
-  e_.KickTube(c->use->name, bound, std::nullopt, std::move(done));
+  e_.KickTube(c, c->use->name, bound, std::nullopt, std::move(done));
 }
 
 void LocalHome::PeekReady(Client* c, Reply<JobView> done) {

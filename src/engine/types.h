@@ -222,6 +222,9 @@ class ClientObserver {
   virtual void OnReserved(const JobView& job) = 0;
   virtual void OnReserveTimedOut() = 0;
   virtual void OnDeadlineSoon() = 0;
+  // The last read aside made on the client's behalf is answered
+  // (Engine::Reading): the commands after the one that waited may run.
+  virtual void OnReadsAnswered() {}
 };
 
 struct Client {

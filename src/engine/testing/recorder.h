@@ -17,6 +17,8 @@ struct Recorder : ClientObserver {
   }
   void OnReserveTimedOut() override { events.push_back("timed-out"); }
   void OnDeadlineSoon() override { events.push_back("deadline-soon"); }
+  void OnReadsAnswered() override { ++reads_answered; }
+  int reads_answered = 0;
   // The oldest event not yet taken; "" when none.
   std::string Take() {
     if (events.empty()) return "";

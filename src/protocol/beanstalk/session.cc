@@ -148,8 +148,11 @@ bool Session::StepCommand() {
   }
   Command cmd = ParseCommand(std::string_view(data, len - 2));
   const bool is_put = cmd.op == Op::kPut && cmd.error == ParseError::kNone;
-  if (reserve_slot_ != nullptr || reserving_job_ || (!is_put && puts_pending_ > 0)) {
-    return false;  // runs when the reserve or the puts before it are answered
+  if (reserve_slot_ != nullptr || reserving_job_ || (!is_put && puts_pending_ > 0) ||
+      ctx_.engine.Reading(client_)) {
+    // Runs when the reserve or the puts before it are answered, or the read
+    // the command before it waits for (Engine::Reading).
+    return false;
   }
   in_pos_ += len;
   Execute(cmd);

@@ -3,11 +3,14 @@
 // Input is framed as beanstalkd frames it (a command line of at most 224
 // bytes including CRLF; a put's body of exactly the announced size plus
 // CRLF). Replies leave in command order. Commands run without waiting for the
-// store, so a pipelining client gets group commit; the one exception is that a
+// store, so a pipelining client gets group commit; the exceptions: a
 // command other than put waits until this connection's earlier puts are
 // acknowledged, because a put is invisible until durable and a following
-// stats or peek must see it as beanstalkd would. A blocked reserve holds up
-// the commands after it, as in beanstalkd.
+// stats or peek must see it as beanstalkd would; a command waits while the
+// one before it reads the store before it takes effect (a kick of jobs
+// beyond a window, on PostgreSQL; Engine::Reading), so that it never
+// overtakes that one. A blocked reserve holds up the commands after it, as
+// in beanstalkd.
 //
 // Memory per connection is bounded: reading pauses while 256 KiB of input is
 // buffered and no progress is possible, and command processing pauses while
@@ -64,6 +67,7 @@ class Session : public std::enable_shared_from_this<Session>, public engine::Cli
   void OnReserved(const engine::JobView& job) override;
   void OnReserveTimedOut() override;
   void OnDeadlineSoon() override;
+  void OnReadsAnswered() override { ScheduleProcess(); }
 
  private:
   enum class Mode { kCommand, kSkipLine, kBody, kDiscard };
