@@ -95,7 +95,7 @@ struct EngineOptions {
   // Ready jobs of each kind, and buried jobs, held in memory per tube; the
   // rest wait in the store, read back in order as the window drains
   // (doc/engine.md, "Windows"). 0: all in memory. A store that does not
-  // ScansSets (PostgreSQL) keeps them all in memory whatever this says.
+  // ScansSets keeps them all in memory whatever this says.
   size_t ready_window = 4096;
 };
 
@@ -558,9 +558,12 @@ class Engine {
   // rows say what memory does (Job::unstored).
   void StoreBeyondWindow(Tube* t, store::JobSet s);
   void Refill(Tube* t, store::JobSet s);
-  // Takes rows read after `after` into memory (a refill's, or recovery's).
+  // Takes rows read after `after` into memory (a refill's, or recovery's:
+  // `recovering`, when a row whose id is in memory already is a second row
+  // of that id, not an older copy of its job).
   void Refilled(Tube* t, store::JobSet s, store::SetKey after, size_t limit,
-                Result<std::vector<store::JobRecord>> rows, uint64_t since);
+                Result<std::vector<store::JobRecord>> rows, uint64_t since,
+                bool recovering = false);
   // A cold job read from the store, back in memory in its set.
   Job* MaterializeCold(const store::JobRecord& r, bool emit);
   // Recovery: the windows, or with none every job, of the stored sets.

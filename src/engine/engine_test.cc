@@ -1257,6 +1257,14 @@ class WindowTest : public EngineTest, public ::testing::WithParamInterface<bool>
       return flaky_->pending() == 0 && flaky_->reads_deferred() == 0;
     });
   }
+  // `n` jobs "j" of priority 1, put and settled (beyond the window of 4,
+  // cold): their ids.
+  std::vector<uint64_t> PutSettled(Client* c, int n) {
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(Put(c, "j", 0, 1));
+    Settle();
+    return ids;
+  }
   // A job of priority 100 ("late") put before five of priority 1, so that
   // it sorts beyond the window of 4 and goes cold: its id.
   uint64_t PutBehindAFullWindow(Client* c, int64_t ttr_ms) {
@@ -1445,9 +1453,7 @@ TEST_P(WindowTest, AReserveWaitsForTheRefillNotForItsTimeout) {
 TEST_P(WindowTest, AFailedRefillIsAnsweredAndTriedAgainLater) {
   Recorder r;
   Client* c = engine_->Connect(&r);
-  std::vector<uint64_t> ids;
-  for (int i = 0; i < 10; ++i) ids.push_back(Put(c, "j", 0, 1));
-  Settle();
+  const std::vector<uint64_t> ids = PutSettled(c, 10);
   flaky_->reads_failing = true;
   for (size_t i = 0; i < 4; ++i) {
     ASSERT_EQ(ReserveNow(r, c), ids[i]);
@@ -1502,9 +1508,7 @@ TEST_P(WindowTest, APeekTakesARefillReadAheadAtOnce) {
 TEST_P(WindowTest, AKickReadingBeyondTheWindowHoldsTheClientsNextCommands) {
   Recorder r;
   Client* c = engine_->Connect(&r);
-  std::vector<uint64_t> ids;
-  for (int i = 0; i < 10; ++i) ids.push_back(Put(c, "j", 0, 1));
-  Settle();
+  const std::vector<uint64_t> ids = PutSettled(c, 10);
   for (uint64_t id : ids) {
     ASSERT_EQ(ReserveNow(r, c), id);
     ASSERT_TRUE(Done([&](auto done) { engine_->Bury(c, id, 1, done); }).ok());

@@ -241,7 +241,7 @@ void Engine::TakeAhead(Tube* t, JobSet s) {
 // made it leave); the edge moves to the last row taken, but stays below
 // the least key that went cold meanwhile.
 void Engine::Refilled(Tube* t, JobSet s, SetKey after, size_t limit,
-                      Result<std::vector<JobRecord>> rows, uint64_t since) {
+                      Result<std::vector<JobRecord>> rows, uint64_t since, bool recovering) {
   Window& w = WindowOf(t, s);
   w.reading = false;
   const std::optional<SetKey> floor = std::exchange(w.floor, std::nullopt);
@@ -275,7 +275,10 @@ void Engine::Refilled(Tube* t, JobSet s, SetKey after, size_t limit,
       break;
     }
     edge = k;
-    if (jobs_.count(r.id) != 0 || LeftSince(r.id, since)) continue;
+    // At recovery, nothing has changed since the read: Sound counts a row of
+    // an id already in memory (two rows of one id, which two processes
+    // writing one PostgreSQL database can leave).
+    if (!recovering && (jobs_.count(r.id) != 0 || LeftSince(r.id, since))) continue;
     if (!Sound(r)) {
       if (w.cold > 0) --w.cold;
       continue;
@@ -350,7 +353,7 @@ Status Engine::RecoverSets(const std::vector<store::SetCount>& sets) {
     auto rows = store_.ScanSet(c.tube, c.set, {}, limit);
     if (!rows.ok()) return rows.status();
     const uint64_t since = left_.Begin();
-    Refilled(t, c.set, {}, limit, std::move(rows), since);
+    Refilled(t, c.set, {}, limit, std::move(rows), since, /*recovering=*/true);
     left_.End(since);
   }
   return Status::Ok();

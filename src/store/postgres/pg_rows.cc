@@ -46,6 +46,7 @@ JobRecord ReadJob(const PGresult* r, int row) {
   j.reserved_by = GetBytes(r, row, 21);
   j.deadline_ms = GetInt(r, row, 22);
   j.push = GetInt(r, row, 23) != 0;
+  j.bury_seq = static_cast<uint64_t>(GetInt(r, row, 24));
   return j;
 }
 

@@ -24,14 +24,14 @@ static_assert(static_cast<int>(StoredState::kReserved) == 4);
 inline constexpr const char* kJobColumns =
     "id, tube, pri, state, due_ms, delay_ms, ttr_ms, created_ms, reserves, timeouts, releases, "
     "buries, kicks, body, key, spec, attempt_log, last_error, done_ms, run_at_ms, ver, "
-    "reserved_by, deadline_ms, push";
+    "reserved_by, deadline_ms, push, bury_seq";
 inline constexpr const char* kTimerColumns =
     "id, name, definition, next_fire_ms, last_fire_ms, created_ms";
 
 // The parameter types of a job row (JobFields).
 inline constexpr Oid kJobTypes[] = {kInt8, kInt8,  kText,  kInt8,  kInt8,  kInt8,  kInt8, kInt8,
                                     kInt8, kInt8,  kInt8,  kInt8,  kInt8,  kInt8,  kInt8, kInt8,
-                                    kInt8, kBytea, kBytea, kBytea, kBytea, kBytea, kInt8};
+                                    kInt8, kBytea, kBytea, kBytea, kBytea, kBytea, kInt8, kInt8};
 
 // The fields of a job row in the order of the parameters of "update" and
 // "replace" (kJobTypes) and of the columns of "insert": into Params
@@ -65,6 +65,11 @@ void JobFields(const JobRecord& j, int shard, Sink& out) {
   out.OptionalBytes(j.last_error);
   out.Bytes(j.body);
   out.Int(j.push ? 1 : 0);
+  if (j.state == StoredState::kBuried) {
+    out.Int(static_cast<int64_t>(j.bury_seq));
+  } else {
+    out.Null();
+  }
 }
 
 // The parameters of "update" and "replace": the row, then what cluster mode

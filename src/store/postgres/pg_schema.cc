@@ -466,6 +466,18 @@ BEGIN
 END
 $f$;
 )sql",
+    // Version 11: a node of its own keeps each tube's ready and buried jobs
+    // in memory only up to a window and reads the rest back in order
+    // (Store::ScanSet; doc/engine.md, "Windows"), as on SQLite. Ready jobs
+    // are read through jobs_ready and jobs_push; buried ones in the order
+    // they were buried, which `bury_seq` keeps (the engine's count, as on
+    // SQLite), through jobs_buried_seq. A job buried before this version
+    // is placed by its id, as recovery ordered them then.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN bury_seq bigint;
+UPDATE jobs SET bury_seq = id WHERE state = 2;
+CREATE INDEX jobs_buried_seq ON jobs (tube, bury_seq, id) WHERE state = 2;
+)sql",
 };
 
 // A fixed hash (FNV-1a, 64 bits): shards are stored, so it never changes.

@@ -157,22 +157,24 @@ std::vector<Statement> Statements() {
                               : t == kText ? pg::kTextArray
                                            : pg::kByteaArray);
   }
-  // A change raises the row's version; $26, when not NULL, is the version
+  // A change raises the row's version; $27, when not NULL, is the version
   // the row must have (a guarded change).
   std::vector<Oid> change_types = job_types;
   change_types.insert(change_types.end(), {kText, kInt8, kInt8});
   const char* update_set =
       "pri=$4, state=$5, due_ms=$6, due_min=$7, delay_ms=$8, ttr_ms=$9, done_ms=$11, "
       "reserves=$13, timeouts=$14, releases=$15, buries=$16, kicks=$17, "
-      "attempt_log=$20, last_error=$21, ver=ver+1, reserved_by=$24, deadline_ms=$25";
-  const char* guard = "($26::int8 IS NULL OR ver=$26)";
+      "attempt_log=$20, last_error=$21, bury_seq=$24, ver=ver+1, reserved_by=$25, "
+      "deadline_ms=$26";
+  const char* guard = "($27::int8 IS NULL OR ver=$27)";
   return {
       // Many rows, each parameter an array of one column (Columns).
       {"insert",
        "INSERT INTO jobs (shard, id, tube, pri, state, due_ms, due_min, delay_ms, ttr_ms, "
        "created_ms, done_ms, run_at_ms, reserves, timeouts, releases, buries, kicks, key, spec, "
-       "attempt_log, last_error, body, push) SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, "
-       "$8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
+       "attempt_log, last_error, body, push, bury_seq) SELECT * FROM unnest($1, $2, $3, $4, $5, "
+       "$6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, "
+       "$24)",
        job_array_types},
       // Every field but body, key and spec (JobFields, some unused).
       {"update", fmt::format("UPDATE jobs SET {} WHERE id=$2 AND {}", update_set, guard),
@@ -333,6 +335,26 @@ std::vector<Statement> Statements() {
       {"get_by_key",
        Select(kJobColumns, "FROM jobs WHERE shard=$1 AND tube=$2 AND key=$3"),
        {kInt8, kText, kBytea}},
+      // A node of its own's windows (Store::ScanSet): a tube's ready jobs
+      // of one kind in claim order (jobs_ready, jobs_push), or its buried
+      // ones in bury order (jobs_buried_seq), after the key ($2, $3), at
+      // most $4. One row comparison on the index's columns: the scan starts
+      // at the key.
+      {"scan_ready",
+       Select(kJobColumns,
+              "FROM jobs WHERE tube=$1 AND state=0 AND push=0 AND (pri, id) > ($2, $3) ORDER BY "
+              "pri, id LIMIT $4"),
+       {kText, kInt8, kInt8, kInt8}},
+      {"scan_push",
+       Select(kJobColumns,
+              "FROM jobs WHERE tube=$1 AND state=0 AND push=1 AND (pri, id) > ($2, $3) ORDER BY "
+              "pri, id LIMIT $4"),
+       {kText, kInt8, kInt8, kInt8}},
+      {"scan_buried",
+       Select(kJobColumns,
+              "FROM jobs WHERE tube=$1 AND state=2 AND (bury_seq, id) > ($2, $3) ORDER BY "
+              "bury_seq, id LIMIT $4"),
+       {kText, kInt8, kInt8, kInt8}},
       {"load_minute",
        Select(kJobColumns, "FROM jobs WHERE state=1 AND due_min=$1 AND id>$2 ORDER BY id LIMIT $3"),
        {kInt8, kInt8, kInt8}},

@@ -151,16 +151,40 @@ Result<Recovered> PgStore::RecoverNow(int64_t horizon_minute) {
     return reads_->Use([&](PgConn& c) { return c.Query(sql, p); });
   };
   Recovered out;
-  // Ready, buried, and delayed through the horizon: read whole; so are jobs
-  // reserved by the nodes of a cluster that used this database, ready again.
-  auto jobs =
-      Rows(query(Select(kJobColumns,
-                        "FROM jobs WHERE state IN (0, 2, 4) OR (state=1 AND due_min<=$1::int8) "
-                        "ORDER BY id"),
-                 Params().Int(horizon_minute)),
-           ReadJob);
+  // Jobs reserved by the nodes of a cluster that used this database are
+  // ready again, as every reservation ends when one delayd restarts: a
+  // node of its own holds the database alone (pg_owner.h), and its windows
+  // read ready jobs through jobs_ready and jobs_push.
+  auto held = query(
+      "UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, deadline_ms=NULL WHERE state=4",
+      Params());
+  if (!held.ok()) return held.status();
+  // Delayed through the horizon: read whole.
+  auto jobs = Rows(query(Select(kJobColumns, "FROM jobs WHERE state=1 AND due_min<=$1::int8 "
+                                             "ORDER BY id"),
+                         Params().Int(horizon_minute)),
+                   ReadJob);
   if (!jobs.ok()) return jobs.status();
   out.jobs = std::move(jobs).value();
+  // Ready and buried: counted per tube and set; the engine reads the
+  // windows it keeps (ScanSet).
+  auto sets = query(
+      "SELECT tube, state::int8, push::int8, count(*), count(*) FILTER (WHERE pri < 1024), "
+      "coalesce(max(bury_seq), 0) FROM jobs WHERE state IN (0, 2) GROUP BY 1, 2, 3 "
+      "ORDER BY 1, 2, 3",
+      Params());
+  if (!sets.ok()) return sets.status();
+  for (int i = 0; i < PQntuples(sets->get()); ++i) {
+    const PGresult* r = sets->get();
+    const bool buried = pg::GetInt(r, i, 1) == 2;
+    SetCount c;
+    c.tube = pg::GetBytes(r, i, 0);
+    c.set = buried ? JobSet::kBuried : pg::GetInt(r, i, 2) != 0 ? JobSet::kPushReady : JobSet::kReady;
+    c.jobs = static_cast<uint64_t>(pg::GetInt(r, i, 3));
+    c.urgent = buried ? 0 : static_cast<uint64_t>(pg::GetInt(r, i, 4));
+    out.max_bury_seq = std::max(out.max_bury_seq, static_cast<uint64_t>(pg::GetInt(r, i, 5)));
+    out.sets.push_back(std::move(c));
+  }
   // Delayed beyond the horizon: they stay in the store, counted per tube
   // and due hour (floor: a minute before the epoch is in hour -1).
   auto far = query(
@@ -316,6 +340,19 @@ Result<std::vector<uint64_t>> PgStore::DueCounts(int64_t now_ms, int64_t from_mi
       out[static_cast<size_t>(b)] += static_cast<uint64_t>(n);
   }
   return out;
+}
+
+Result<std::vector<JobRecord>> PgStore::ScanSet(const std::string& tube, JobSet set, SetKey after,
+                                                size_t limit) {
+  const char* name = set == JobSet::kBuried    ? "scan_buried"
+                     : set == JobSet::kPushReady ? "scan_push"
+                                                 : "scan_ready";
+  return Rows(Read(name, Params()
+                             .Bytes(tube)
+                             .Int(static_cast<int64_t>(after.major))
+                             .Int(static_cast<int64_t>(after.id))
+                             .Int(static_cast<int64_t>(limit))),
+              ReadJob);
 }
 
 Result<std::vector<JobRecord>> PgStore::LoadMinute(int64_t minute, uint64_t after_id,

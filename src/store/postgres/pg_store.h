@@ -96,6 +96,11 @@ class PgStore final : public Store, public SharedQueue, private CommitQueue::Bac
   ~PgStore() override;
 
   Result<Recovered> Recover(int64_t horizon_minute) override;
+  // A node of its own reads its windows from the store; a cluster's nodes
+  // hold no ready or buried jobs but the few they claimed (doc/cluster.md).
+  bool ScansSets() const override { return options_.node_id.empty(); }
+  Result<std::vector<JobRecord>> ScanSet(const std::string& tube, JobSet set, SetKey after,
+                                         size_t limit) override;
   void Submit(Mutation m, Done done) override;
   void SubmitAll(std::vector<Mutation> ms, Done done) override;
   void ReadAside(std::function<void()> read, std::function<void()> then) override;

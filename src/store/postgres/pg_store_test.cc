@@ -325,8 +325,9 @@ TEST_F(PgStoreTest, TheColumnOrderMigrationKeepsEveryRowAndItsCounts) {
   EXPECT_EQ(Query("SELECT count(*) FROM pg_class WHERE relname = 'jobs' AND 'fillfactor=70' = "
                   "ANY(reloptions)"),
             1);
-  // Version 9: one index finds a job by id, the primary key (id, shard).
-  EXPECT_EQ(Query("SELECT count(*) FROM pg_indexes WHERE tablename = 'jobs'"), 9);
+  // Version 9: one index finds a job by id, the primary key (id, shard);
+  // version 11 adds jobs_buried_seq.
+  EXPECT_EQ(Query("SELECT count(*) FROM pg_indexes WHERE tablename = 'jobs'"), 10);
   EXPECT_EQ(Query("SELECT count(*) FROM pg_indexes WHERE tablename = 'jobs' AND indexname = "
                   "'jobs_pkey' AND indexdef LIKE '%UNIQUE INDEX jobs_pkey ON public.jobs USING "
                   "btree (id, shard)'"),
@@ -383,6 +384,67 @@ TEST_F(PgStoreTest, AStoreRunningThroughTheColumnOrderMigrationWritesOn) {
 // The store folds the deltas its changes append, and every few folds it
 // made vacuums job_deltas, so that the rows folded do not stay in its
 // pages until autovacuum comes.
+// Version 11 places each job buried before it by its id, the order a
+// restart brought buried jobs back in then: one node's windows read them in
+// that order, and a job buried after the migration comes after them all.
+TEST_F(PgStoreTest, TheBuryOrderMigrationKeepsTheBuriedJobsInIdOrder) {
+  auto s = Open(16);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(id))).ok());
+  s->reset();
+  // Back to version 10, with jobs 3, 1 and 4 buried by a delayd of it.
+  ASSERT_TRUE(
+      db_.Exec("DROP INDEX jobs_buried_seq; ALTER TABLE jobs DROP COLUMN bury_seq; "
+               "DELETE FROM delayd_schema WHERE version >= 11; "
+               "UPDATE jobs SET state = 2 WHERE id IN (1, 3, 4)"))
+      << db_.error();
+  auto again = Open(16);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(Query("SELECT max(version) FROM delayd_schema"), pg::SchemaVersion());
+  auto r = (*again)->Recover(0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->max_bury_seq, 4u);
+  JobRecord later = Job(2);
+  later.state = StoredState::kBuried;
+  later.bury_seq = r->max_bury_seq + 1;
+  ASSERT_TRUE(Apply(**again, Mutation::Update(later)).ok());
+  auto rows = (*again)->ScanSet("t", JobSet::kBuried, {}, 10);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  std::vector<uint64_t> ids;
+  for (const JobRecord& j : *rows) ids.push_back(j.id);
+  EXPECT_EQ(ids, (std::vector<uint64_t>{1, 3, 4, 2}));
+}
+
+// A node of its own on a database a cluster used ends the reservations its
+// nodes held there: their jobs are counted ready, and its windows read them
+// in their order with the others.
+TEST_F(PgStoreTest, OneNodeRecoversTheJobsAClusterHeldAsReady) {
+  auto s = Open(16);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(id))).ok());
+  s->reset();
+  ASSERT_TRUE(db_.Exec("UPDATE jobs SET state = 4, reserved_by = 'node-a', deadline_ms = 1 WHERE "
+                       "id IN (1, 3)"))
+      << db_.error();
+  auto again = Open(16);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE((*again)->ScansSets());
+  auto r = (*again)->Recover(0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->jobs.empty()) << "ready jobs come as counts";
+  ASSERT_EQ(r->sets.size(), 1u);
+  EXPECT_EQ(r->sets[0].set, JobSet::kReady);
+  EXPECT_EQ(r->sets[0].jobs, 3u);
+  auto rows = (*again)->ScanSet("t", JobSet::kReady, {}, 10);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 3u);
+  for (const JobRecord& j : *rows) {
+    EXPECT_EQ(j.state, StoredState::kReady) << j.id;
+    EXPECT_TRUE(j.reserved_by.empty()) << j.id;
+  }
+  EXPECT_EQ(Query("SELECT count(*) FROM jobs WHERE state = 4"), 0);
+}
+
 TEST_F(PgStoreTest, TheStoreFoldsTheCountDeltasAndVacuumsThem) {
   auto s = PgStore::Open(
       {.conninfo = db_.uri(), .shards = 16, .fold_counts_ms = 20, .vacuum_deltas_every = 3},
