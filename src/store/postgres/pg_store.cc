@@ -155,15 +155,15 @@ Result<Recovered> PgStore::RecoverNow(int64_t horizon_minute) {
   // ready again, as every reservation ends when one delayd restarts: a
   // node of its own holds the database alone (pg_owner.h), and its windows
   // read ready jobs through jobs_ready and jobs_push.
-  auto held = query(
-      "UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, deadline_ms=NULL WHERE state=4",
-      Params());
+  auto held =
+      query("UPDATE jobs SET state=0, ver=ver+1, reserved_by=NULL, deadline_ms=NULL WHERE state=4",
+            Params());
   if (!held.ok()) return held.status();
   // Delayed through the horizon: read whole.
-  auto jobs = Rows(query(Select(kJobColumns, "FROM jobs WHERE state=1 AND due_min<=$1::int8 "
-                                             "ORDER BY id"),
-                         Params().Int(horizon_minute)),
-                   ReadJob);
+  auto jobs =
+      Rows(query(Select(kJobColumns, "FROM jobs WHERE state=1 AND due_min<=$1::int8 ORDER BY id"),
+                 Params().Int(horizon_minute)),
+           ReadJob);
   if (!jobs.ok()) return jobs.status();
   out.jobs = std::move(jobs).value();
   // Ready and buried: counted per tube and set; the engine reads the
@@ -174,12 +174,14 @@ Result<Recovered> PgStore::RecoverNow(int64_t horizon_minute) {
       "ORDER BY 1, 2, 3",
       Params());
   if (!sets.ok()) return sets.status();
-  for (int i = 0; i < PQntuples(sets->get()); ++i) {
-    const PGresult* r = sets->get();
+  const PGresult* r = sets->get();
+  for (int i = 0; i < PQntuples(r); ++i) {
     const bool buried = pg::GetInt(r, i, 1) == 2;
     SetCount c;
     c.tube = pg::GetBytes(r, i, 0);
-    c.set = buried ? JobSet::kBuried : pg::GetInt(r, i, 2) != 0 ? JobSet::kPushReady : JobSet::kReady;
+    c.set = buried                     ? JobSet::kBuried
+            : pg::GetInt(r, i, 2) != 0 ? JobSet::kPushReady
+                                       : JobSet::kReady;
     c.jobs = static_cast<uint64_t>(pg::GetInt(r, i, 3));
     c.urgent = buried ? 0 : static_cast<uint64_t>(pg::GetInt(r, i, 4));
     out.max_bury_seq = std::max(out.max_bury_seq, static_cast<uint64_t>(pg::GetInt(r, i, 5)));
@@ -344,7 +346,7 @@ Result<std::vector<uint64_t>> PgStore::DueCounts(int64_t now_ms, int64_t from_mi
 
 Result<std::vector<JobRecord>> PgStore::ScanSet(const std::string& tube, JobSet set, SetKey after,
                                                 size_t limit) {
-  const char* name = set == JobSet::kBuried    ? "scan_buried"
+  const char* name = set == JobSet::kBuried      ? "scan_buried"
                      : set == JobSet::kPushReady ? "scan_push"
                                                  : "scan_ready";
   return Rows(Read(name, Params()

@@ -423,8 +423,8 @@ TEST_F(PgStoreTest, OneNodeRecoversTheJobsAClusterHeldAsReady) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(Apply(**s, Mutation::Insert(Job(id))).ok());
   s->reset();
-  ASSERT_TRUE(db_.Exec("UPDATE jobs SET state = 4, reserved_by = 'node-a', deadline_ms = 1 WHERE "
-                       "id IN (1, 3)"))
+  ASSERT_TRUE(db_.Exec(
+      "UPDATE jobs SET state = 4, reserved_by = 'node-a', deadline_ms = 1 WHERE id IN (1, 3)"))
       << db_.error();
   auto again = Open(16);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
