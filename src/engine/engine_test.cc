@@ -1533,6 +1533,29 @@ TEST_P(WindowTest, AKickReadingBeyondTheWindowHoldsTheClientsNextCommands) {
   EXPECT_EQ(kicked->value(), 8u);
 }
 
+// A client that hangs up while its kick reads beyond the window is
+// answered kUnavailable once the read comes back, and kicks nothing.
+TEST_P(WindowTest, AKickWhoseClientHungUpDuringItsReadKicksNothing) {
+  if (!GetParam()) GTEST_SKIP() << "a read answered at once leaves no time to hang up";
+  Recorder r;
+  Client* c = engine_->Connect(&r);
+  for (uint64_t id : PutSettled(c, 10)) {
+    ASSERT_EQ(ReserveNow(r, c), id);
+    ASSERT_TRUE(Done([&](auto done) { engine_->Bury(c, id, 1, done); }).ok());
+  }
+  Settle();
+  std::optional<Result<uint64_t>> kicked;
+  engine_->Kick(c, 8, [&](Result<uint64_t> n) { kicked.emplace(std::move(n)); });
+  ASSERT_TRUE(engine_->Reading(c));
+  engine_->Disconnect(c);
+  flaky_->DeliverReads();
+  PumpUntil([&] { return kicked.has_value(); });
+  ASSERT_TRUE(kicked.has_value());
+  EXPECT_EQ(kicked->status().code(), StatusCode::kUnavailable) << kicked->status().ToString();
+  EXPECT_EQ(r.reads_answered, 0) << "a client gone is not told";
+  EXPECT_EQ(engine_->StatsTube("default")->buried, 10u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Reads, WindowTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Deferred" : "AtOnce"; });
 
