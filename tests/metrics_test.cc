@@ -189,6 +189,24 @@ TEST(MetricsTest, ThePageParsesAndCountsWhatWasDone) {
               client_lateness * 100);
 }
 
+// The build's allocator is what runs: jemalloc in a release build
+// (CMake's DELAYD_JEMALLOC), the sanitizer's elsewhere.
+TEST(MetricsTest, TheInfoSeriesNamesTheVersionAndTheAllocatorThatRuns) {
+  DelaydServer server(MakeTempDir("delayd-metrics"));
+  const std::vector<Sample> m = Scrape(server.http_port());
+  const auto info =
+      std::find_if(m.begin(), m.end(), [](const Sample& s) { return s.name == "delayd_info"; });
+  ASSERT_NE(info, m.end());
+  EXPECT_EQ(info->value, 1);
+  EXPECT_EQ(info->labels.at("version"), DELAYD_VERSION);
+  const std::string allocator = info->labels.at("allocator");
+#if DELAYD_EXPECT_JEMALLOC
+  EXPECT_EQ(allocator.rfind("jemalloc 5.", 0), 0u) << allocator;
+#else
+  EXPECT_EQ(allocator, "system");
+#endif
+}
+
 TEST(MetricsTest, MetricsAreOpenUnlessMetricsAuthAsksForTheToken) {
   DelaydServer open(MakeTempDir("delayd-metrics"), {"--api-token", "s3cret"});
   EXPECT_EQ(HttpCall(open.http_port(), "GET", "/metrics").status, 200);

@@ -9,6 +9,7 @@
 #include <set>
 #include <string_view>
 
+#include "common/allocator.h"
 #include "delivery/dispatcher.h"
 #include "http/api.h"
 #include "http/prometheus_text.h"
@@ -109,8 +110,9 @@ void Api::MetricsPage(Call& c) {
   engine_.Topics([this, reply = std::move(c.reply)](Result<std::vector<engine::TopicInfo>> r) {
     if (!r.ok()) return reply(ProblemResponse(r.status()));
     PrometheusText out;
-    out.Family("delayd_info", "gauge", "Always 1; the version as a label.");
-    out.Sample("delayd_info", {{"version", options_.version}}, uint64_t{1});
+    out.Family("delayd_info", "gauge", "Always 1; the version and the memory allocator as labels.");
+    out.Sample("delayd_info", {{"version", options_.version}, {"allocator", MemoryAllocator()}},
+               uint64_t{1});
 
     // Series of their own for the topics with the largest backlogs; the
     // rest summed under topic="_other", so the page stays bounded however

@@ -16,6 +16,7 @@
 #include <random>
 #include <utility>
 
+#include "common/allocator.h"
 #include "common/problem.h"
 #include "common/time_format.h"
 #include "store/postgres/pg_leases.h"
@@ -347,6 +348,7 @@ Status Server::Start() {
     addresses += " node=" + node_id_;
   }
   SchedulePurge();
+  spdlog::info("memory allocator: {}", MemoryAllocator());
   spdlog::info("delayd {} listening{} {}", kVersion, addresses,
                config_.store.empty() ? "data-dir=" + config_.data_dir : "store=postgres");
   // Recovered and listening: a Type=notify unit's start is over.
