@@ -246,7 +246,7 @@ void Engine::SetExtra(Job* j, const JobRecord& r, std::shared_ptr<const JobSpec>
   j->extra->key = r.key;
   if (j->extra->spec_text != r.spec || !j->extra->spec) {
     j->extra->spec_text = r.spec;
-    j->extra->spec = spec ? std::move(spec) : DecodeSpec(r.spec);
+    j->extra->spec = spec ? std::move(spec) : specs_.Decode(r.spec);
   }
   j->extra->attempt_log = r.attempt_log;
   j->extra->last_error = r.last_error;

@@ -60,6 +60,7 @@
 #include "engine/events.h"
 #include "engine/job_home.h"
 #include "engine/shared_seams.h"
+#include "engine/spec_codec.h"
 #include "engine/stats.h"
 #include "engine/types.h"
 #include "store/ownership.h"
@@ -628,6 +629,8 @@ class Engine {
 
   // The jobs that left memory while reads aside were in flight.
   store::StaleReads left_;
+  // The specs of jobs made from their rows (SetExtra, Info).
+  SpecCache specs_;
 
   // The loader: every delayed job due in minutes <= loaded_minute_ is in
   // memory (or pinned by a pending write); later ones only in the store.

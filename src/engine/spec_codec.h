@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/json_writer.h"
 #include "engine/spec.h"
@@ -25,6 +26,27 @@ namespace delayd::engine {
 std::string EncodeSpec(const JobSpec& spec);
 // nullptr for "". Text that is not JSON decodes to a plain spec (logged).
 std::shared_ptr<const JobSpec> DecodeSpec(const std::string& text);
+
+// DecodeSpec that keeps the last few specs it decoded and hands out the one
+// it has for the same text: the jobs a burst reads back from the store
+// (a window's refill, the horizon's loads) mostly share their topic's spec,
+// which is then parsed once rather than once a job (it was a third of the
+// event loop's time in a burst of push jobs: bench/README.md, "Kafka at
+// 100k jobs/s"). Bounded by kEntries texts. Not thread-safe: one per engine.
+class SpecCache {
+ public:
+  std::shared_ptr<const JobSpec> Decode(const std::string& text);
+
+  static constexpr size_t kEntries = 16;
+
+ private:
+  struct Entry {
+    std::string text;
+    std::shared_ptr<const JobSpec> spec;
+  };
+  std::vector<Entry> entries_;  // at most kEntries
+  size_t next_ = 0;             // the entry a miss replaces once full
+};
 
 std::string EncodeSettings(const TopicSettings& s);
 // nullptr for "" and for text that is not a JSON object (logged).

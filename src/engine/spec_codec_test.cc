@@ -149,5 +149,33 @@ TEST(SpecCodecTest, TextThatIsNotJsonDecodesToNothingRatherThanFailing) {
   ASSERT_TRUE(DecodeSpec(deep));
 }
 
+// One spec text is parsed once while the cache holds it: the jobs that share
+// it share one JobSpec. The cache holds kEntries texts and no more.
+TEST(SpecCodecTest, TheCacheHandsOutOneSpecATextAndHoldsABoundedNumber) {
+  SpecCache cache;
+  EXPECT_EQ(cache.Decode(""), nullptr);
+  std::shared_ptr<const JobSpec> first = cache.Decode(kStoredSpec);
+  ASSERT_TRUE(first && first->target);
+  EXPECT_EQ(first->target->url, "http://127.0.0.1:8080/x");
+  EXPECT_EQ(cache.Decode(std::string(kStoredSpec)), first) << "the same text: the same spec";
+  auto other = [](size_t i) {
+    return R"({"target":{"url":"http://127.0.0.1:8080/)" + std::to_string(i) + R"("}})";
+  };
+  std::shared_ptr<const JobSpec> one = cache.Decode(other(1));
+  ASSERT_TRUE(one && one->target);
+  EXPECT_NE(one, first);
+  EXPECT_EQ(one->target->url, "http://127.0.0.1:8080/1");
+  EXPECT_EQ(cache.Decode(kStoredSpec), first) << "still held beside another";
+  // kEntries - 2 more fill it; one more replaces the oldest, the first.
+  for (size_t i = 2; i < SpecCache::kEntries; ++i) cache.Decode(other(i));
+  EXPECT_EQ(cache.Decode(kStoredSpec), first);
+  cache.Decode(other(SpecCache::kEntries));
+  EXPECT_EQ(cache.Decode(other(1)), one) << "only the oldest was replaced";
+  std::shared_ptr<const JobSpec> again = cache.Decode(kStoredSpec);
+  ASSERT_TRUE(again && again->target);
+  EXPECT_NE(again, first) << "replaced, so parsed anew";
+  EXPECT_EQ(EncodeSpec(*again), kStoredSpec);
+}
+
 }  // namespace
 }  // namespace delayd::engine
