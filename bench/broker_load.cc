@@ -1,14 +1,17 @@
 // Push delivery into brokers (issue 32), loopback only, stopping by itself:
 //
-//   broker_load kafka --port P [--jobs 100000] [--lead-ms 5000] [--concurrency N]
+//   broker_load kafka --port P [--jobs 100000] [--lead-ms 5000] [--spread-ms 1000] [--concurrency
+//   N]
 //       starts librdkafka's mock cluster (3 brokers, a topic of 6
 //       partitions) in this process and a consumer reading it
-//   broker_load amqp --port P --uri amqp://... [--jobs 100000] [--lead-ms 5000] [--concurrency N]
+//   broker_load amqp --port P --uri amqp://... [--jobs 100000] [--lead-ms 5000] [--spread-ms 1000]
+//       [--concurrency N]
 //       declares a durable direct exchange and a durable queue on that
 //       RabbitMQ (scripts/rabbitmq-temp) and consumes it (no acks)
 //
-// Each then submits push jobs to delayd at P due evenly over one second
-// `lead-ms` from now, targeting the broker, and prints delivered/s (first to
+// Each then submits push jobs to delayd at P due evenly over `spread-ms`
+// (one second; 0: all at one instant, which measures how fast delayd can
+// go) `lead-ms` from now, targeting the broker, and prints delivered/s (first to
 // last arrival at the consumer) and lateness p50/p99/max (arrival minus the
 // Delayd-Due-At header), with the CPU steal over the delivery window, in
 // the format of `http_load deliver`.
@@ -205,6 +208,7 @@ int Deliver(Side& side, int argc, char** argv) {
   const int port = static_cast<int>(Arg(argc, argv, "--port", 0));
   const long jobs = Arg(argc, argv, "--jobs", 100000);
   const long lead_ms = Arg(argc, argv, "--lead-ms", 5000);
+  const long spread_ms = Arg(argc, argv, "--spread-ms", 1000);
   const long concurrency = Arg(argc, argv, "--concurrency", 0);
   PutTopic(port, "push",
            "{\"target\":{\"url\":\"" + side.url() + "\"}" +
@@ -212,7 +216,7 @@ int Deliver(Side& side, int argc, char** argv) {
   const int64_t base =
       duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count() + lead_ms;
   const double submit_rate = Post(port, "/v1/topics/push/jobs", jobs, 1000, 4, [&](long i) {
-    return "{\"run_at\":\"" + delayd::FormatRfc3339Ms(base + i * 1000 / jobs) +
+    return "{\"run_at\":\"" + delayd::FormatRfc3339Ms(base + i * spread_ms / jobs) +
            "\",\"body\":" + std::to_string(i) + "}";
   });
   const double steal_pct = WaitForDeliveries([&] { return side.hits().count(); }, jobs, base);
@@ -234,6 +238,7 @@ int main(int argc, char** argv) {
     return Deliver(side, argc, argv);
   }
   fprintf(stderr,
-          "usage: broker_load kafka|amqp --port P [--uri amqp://...] [--jobs N] [--lead-ms M]\n");
+          "usage: broker_load kafka|amqp --port P [--uri amqp://...] [--jobs N] [--lead-ms M] "
+          "[--spread-ms S] [--concurrency N]\n");
   return 2;
 }
