@@ -1,7 +1,7 @@
 // Which memory allocator this process runs on, as the operator sees it in
 // /metrics (delayd_info) and the log at start.
 //
-// The delayd binary links jemalloc (doc/operations.md, "Memory"): the push
+// The delayd binary links jemalloc (doc/operations.md, "Sizing"): the push
 // path allocates and frees a few dozen small blocks a job on the event loop
 // and the store's writer, and glibc's malloc spent a third of the loop's
 // time on them (bench/README.md, "Kafka at 100k jobs/s"). A sanitizer build keeps
