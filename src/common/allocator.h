@@ -4,8 +4,8 @@
 // The delayd binary links jemalloc (doc/operations.md, "Sizing"): the push
 // path allocates and frees a few dozen small blocks a job on the event loop
 // and the store's writer, and glibc's malloc spent a third of the loop's
-// time on them (bench/README.md, "Kafka at 100k jobs/s"). A sanitizer build keeps
-// the sanitizer's own allocator, and the tests' binaries glibc's.
+// time on them (bench/README.md, "Kafka at 100k jobs/s"). A sanitizer build
+// keeps the sanitizer's own allocator, and the tests' binaries glibc's.
 #pragma once
 
 #include <string>
