@@ -1,7 +1,7 @@
 // Push delivery into brokers (issue 32), loopback only, stopping by itself:
 //
-//   broker_load kafka --port P [--jobs 100000] [--lead-ms 5000] [--spread-ms 1000] [--concurrency
-//   N]
+//   broker_load kafka --port P [--jobs 100000] [--lead-ms 5000] [--spread-ms 1000]
+//       [--concurrency N]
 //       starts librdkafka's mock cluster (3 brokers, a topic of 6
 //       partitions) in this process and a consumer reading it
 //   broker_load amqp --port P --uri amqp://... [--jobs 100000] [--lead-ms 5000] [--spread-ms 1000]
@@ -9,12 +9,12 @@
 //       declares a durable direct exchange and a durable queue on that
 //       RabbitMQ (scripts/rabbitmq-temp) and consumes it (no acks)
 //
-// Each then submits push jobs to delayd at P due evenly over `spread-ms`
-// (one second; 0: all at one instant, which measures how fast delayd can
-// go) `lead-ms` from now, targeting the broker, and prints delivered/s (first to
-// last arrival at the consumer) and lateness p50/p99/max (arrival minus the
-// Delayd-Due-At header), with the CPU steal over the delivery window, in
-// the format of `http_load deliver`.
+// Each then submits push jobs targeting the broker to delayd at P, due
+// `lead-ms` from now and spread evenly over `spread-ms` (a second; 0 makes
+// them all due at one instant, which measures how fast delayd can go), and
+// prints delivered/s (first to last arrival at the consumer) and lateness
+// p50/p99/max (arrival minus the Delayd-Due-At header), with the CPU steal
+// over the delivery window, in the format of `http_load deliver`.
 #include <amqp.h>
 #include <amqp_framing.h>
 #include <amqp_tcp_socket.h>
