@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -205,6 +206,34 @@ TEST(MetricsTest, TheInfoSeriesNamesTheVersionAndTheAllocatorThatRuns) {
 #else
   EXPECT_EQ(allocator, "system");
 #endif
+}
+
+// An operator's `top -H` and `ps -L` tell delayd's threads apart by name
+// (common/thread_name.h), and the event loop keeps the process's name, which
+// `pgrep delayd` matches.
+TEST(MetricsTest, TheServersThreadsCarryTheNamesOfWhatTheyDo) {
+  DelaydServer server(MakeTempDir("delayd-metrics"));
+  ASSERT_EQ(HttpCall(server.http_port(), "GET", "/readyz").status, 200);
+  const std::string task = "/proc/" + std::to_string(server.pid()) + "/task/";
+  std::multiset<std::string> names;
+  std::string loop;
+  for (const auto& entry : std::filesystem::directory_iterator(task)) {
+    std::string comm;
+    std::getline(std::ifstream(entry.path() / "comm"), comm);
+    names.insert(comm);
+    if (entry.path().filename() == std::to_string(server.pid())) loop = comm;
+  }
+  EXPECT_EQ(loop, "delayd");
+  EXPECT_EQ(names.count("store-writer"), 1u);
+  EXPECT_EQ(names.count("store-syncer"), 1u);
+  EXPECT_EQ(names.count("http-client"), 1u);
+  if (DelaydServer::OnPostgres()) {
+    EXPECT_EQ(names.count("pg-reader"), 1u);
+    EXPECT_EQ(names.count("pg-claimer"), 0u);  // a cluster node's only
+  } else {
+    EXPECT_EQ(names.count("sqlite-ahead"), 1u);
+    EXPECT_EQ(names.count("sqlite-ckpt"), 1u);
+  }
 }
 
 TEST(MetricsTest, MetricsAreOpenUnlessMetricsAuthAsksForTheToken) {

@@ -27,6 +27,7 @@
 
 #include "brokers/limits.h"
 #include "common/amqp_url.h"
+#include "common/thread_name.h"
 #include "delivery/header_line.h"
 
 namespace delayd::brokers {
@@ -630,7 +631,7 @@ void AmqpSender::Send(OutRequest req, Callback done) {
     c->url = *url;
     c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     Connection* raw = c.get();
-    c->thread = std::thread([raw] { raw->Run(); });
+    c->thread = StartNamedThread("amqp-conn", [raw] { raw->Run(); });
     slot = std::move(c);
   }
   Connection& c = *slot;

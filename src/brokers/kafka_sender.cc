@@ -10,6 +10,7 @@
 #include "brokers/c11_threads_tsan.h"  // under TSan only
 #include "brokers/limits.h"
 #include "common/kafka_url.h"
+#include "common/thread_name.h"
 #include "delivery/header_line.h"
 
 namespace delayd::brokers {
@@ -293,7 +294,7 @@ void KafkaSender::Send(OutRequest req, Callback done) {
       return Fail(std::move(done), std::move(r));
     }
     Producer* raw = p.get();
-    p->poller = std::thread([raw] {
+    p->poller = StartNamedThread("kafka-poll", [raw] {
       while (!raw->stopping) rd_kafka_poll(raw->rk, 100);
     });
     slot = std::move(p);

@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "common/thread_name.h"
+
 namespace delayd::cluster {
 
 Member::Member(std::unique_ptr<store::LeaseTable> table, MemberOptions options, Executor executor,
@@ -27,7 +29,7 @@ Result<std::unique_ptr<Member>> Member::Start(std::unique_ptr<store::LeaseTable>
   }
   std::unique_ptr<Member> m(
       new Member(std::move(table), std::move(options), std::move(executor), std::move(on_leases)));
-  m->thread_ = std::thread([p = m.get()] { p->Loop(); });
+  m->thread_ = StartNamedThread("cluster-member", [p = m.get()] { p->Loop(); });
   return m;
 }
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <system_error>
 
+#include "common/thread_name.h"
 #include "common/version.h"
 
 namespace delayd::delivery {
@@ -111,7 +112,7 @@ HttpClient::HttpClient(Executor executor, size_t max_connections, TargetPolicy p
   curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this);
   curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, &HttpClient::OnTimer);
   curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this);
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = StartNamedThread("http-client", [this] { Loop(); });
 }
 
 HttpClient::~HttpClient() {

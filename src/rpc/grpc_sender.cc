@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/thread_name.h"
 #include "delayd/v1/receiver.grpc.pb.h"
 #include "delivery/header_line.h"
 #include "delivery/retry_policy.h"
@@ -94,7 +95,7 @@ struct GrpcSender::Call {
 
 GrpcSender::GrpcSender(Executor executor, const delivery::TargetPolicy& policy, const Clock& clock)
     : executor_(std::move(executor)), policy_(policy), clock_(clock) {
-  resolver_ = std::thread([this] { ResolverLoop(); });
+  resolver_ = StartNamedThread("grpc-resolver", [this] { ResolverLoop(); });
 }
 
 GrpcSender::~GrpcSender() { Stop(); }

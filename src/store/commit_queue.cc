@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "common/overloaded.h"
+#include "common/thread_name.h"
 
 namespace delayd::store {
 
@@ -48,8 +49,8 @@ void CommitQueue::Spares::GiveBack(Batch b) {
 CommitQueue::~CommitQueue() { Close(); }
 
 void CommitQueue::Start() {
-  writer_ = std::thread([this] { WriterLoop(); });
-  syncer_ = std::thread([this] { SyncerLoop(); });
+  writer_ = StartNamedThread("store-writer", [this] { WriterLoop(); });
+  syncer_ = StartNamedThread("store-syncer", [this] { SyncerLoop(); });
 }
 
 void CommitQueue::Submit(Mutation m, Store::Done done) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/thread_name.h"
 #include "store/postgres/pg_statements.h"
 
 namespace delayd::store::pg {
@@ -79,7 +80,7 @@ void Lane::Every(std::chrono::milliseconds period, std::function<void()> tick) {
 }
 
 void Lane::Start() {
-  thread_ = std::thread([this] {
+  thread_ = StartNamedThread(std::string("pg-") + link_.role(), [this] {
     current_lane = this;
     Loop();
   });

@@ -69,6 +69,8 @@ class Link {
   // The connection, connected and prepared, or why it is not. A connection
   // the server closed while it was idle is replaced before it is handed out.
   Result<PgConn*> Get();
+  // What it is for: "writer", "reader"... (its application name's tail).
+  const char* role() const { return role_; }
   // How many times this link connected.
   uint64_t connects() const { return connects_; }
   // Its connection of now (of the last, when it is down).

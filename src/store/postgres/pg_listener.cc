@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 
+#include "common/thread_name.h"
 #include "store/postgres/pg_conn.h"
 
 namespace delayd::store::pg {
@@ -24,7 +25,7 @@ Result<std::unique_ptr<PgListener>> PgListener::Start(const std::string& conninf
   if (!l->conn_) return Status::IoError(why);
   l->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (l->wake_fd_ < 0) return Status::IoError("eventfd for the postgres listener failed");
-  l->thread_ = std::thread([p = l.get()] { p->Loop(); });
+  l->thread_ = StartNamedThread("pg-listener", [p = l.get()] { p->Loop(); });
   return l;
 }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "common/thread_name.h"
 #include "store/sqlite/sqlite_db.h"
 
 namespace delayd::store::sqlite {
@@ -14,7 +15,7 @@ namespace delayd::store::sqlite {
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Start(const std::string& path) {
   std::unique_ptr<Checkpointer> c(new Checkpointer());
   if (Status s = OpenDb(path, kCacheKib, &c->db_); !s.ok()) return s;
-  c->thread_ = std::thread([p = c.get()] { p->Loop(); });
+  c->thread_ = StartNamedThread("sqlite-ckpt", [p = c.get()] { p->Loop(); });
   return c;
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/overloaded.h"
+#include "common/thread_name.h"
 #include "store/sqlite/sqlite_checkpointer.h"
 #include "store/sqlite/sqlite_db.h"
 #include "store/sqlite/sqlite_schema.h"
@@ -289,7 +290,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteOptions options, Ex
   if (s.ok()) s = store->read_stmts_->PrepareReader(store->read_db_);
   if (s.ok()) s = store->ahead_stmts_->PrepareReader(store->ahead_db_);
   if (!s.ok()) return s;
-  store->ahead_thread_ = std::thread([raw = store.get()] { raw->AheadLoop(); });
+  store->ahead_thread_ =
+      StartNamedThread("sqlite-ahead", [raw = store.get()] { raw->AheadLoop(); });
   store->log_path_ = std::string(sqlite3_db_filename(store->write_db_, "main")) + "-wal";
   // A VFS may read URI parameters after a name: end it with several NULs.
   store->log_name_ = store->log_path_ + std::string(4, '\0');
