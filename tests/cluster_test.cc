@@ -221,6 +221,21 @@ TEST_F(ClusterTest, ANodeNotInClusterModeHasNoClusterView) {
   EXPECT_NE(r.body.find("--cluster"), std::string::npos) << r.body;
 }
 
+// A node's threads carry the names of what they do, its cluster threads
+// too (doc/operations.md, "Threads"), so an operator tells the claimer from
+// the lease renewer in `top -H`.
+TEST_F(ClusterTest, ANodesThreadsCarryTheNamesOfWhatTheyDo) {
+  DelaydServer& node = Start("n1");
+  ASSERT_TRUE(Settled(node, {"n1"}));
+  const auto [first, names] = ThreadNamesOf(node.pid());
+  EXPECT_EQ(first, "delayd");
+  for (const char* name : {"store-writer", "store-syncer", "pg-reader", "pg-claimer", "pg-listener",
+                           "cluster-member", "http-client"}) {
+    EXPECT_EQ(names.count(name), 1u) << name;
+  }
+  EXPECT_EQ(names.count("sqlite-ahead"), 0u);
+}
+
 TEST_F(ClusterTest, DueJobsReachAConsumerOnANodeThatOwnsNoneOfTheirShardsWithinMs) {
   for (const auto* id : {"n1", "n2", "n3"}) Start(id);
   ASSERT_TRUE(Settled(*nodes_["n1"], {"n1", "n2", "n3"}));

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -214,16 +213,8 @@ TEST(MetricsTest, TheInfoSeriesNamesTheVersionAndTheAllocatorThatRuns) {
 TEST(MetricsTest, TheServersThreadsCarryTheNamesOfWhatTheyDo) {
   DelaydServer server(MakeTempDir("delayd-metrics"));
   ASSERT_EQ(HttpCall(server.http_port(), "GET", "/readyz").status, 200);
-  const std::string task = "/proc/" + std::to_string(server.pid()) + "/task/";
-  std::multiset<std::string> names;
-  std::string loop;
-  for (const auto& entry : std::filesystem::directory_iterator(task)) {
-    std::string comm;
-    std::getline(std::ifstream(entry.path() / "comm"), comm);
-    names.insert(comm);
-    if (entry.path().filename() == std::to_string(server.pid())) loop = comm;
-  }
-  EXPECT_EQ(loop, "delayd");
+  const auto [first, names] = ThreadNamesOf(server.pid());
+  EXPECT_EQ(first, "delayd");
   EXPECT_EQ(names.count("store-writer"), 1u);
   EXPECT_EQ(names.count("store-syncer"), 1u);
   EXPECT_EQ(names.count("http-client"), 1u);

@@ -7,11 +7,12 @@
 
 namespace delayd {
 
-void NameThisThread(std::string_view name) {
+void NameThread(std::thread& thread, std::string_view name) {
   std::array<char, 16> kept{};  // Linux's TASK_COMM_LEN, its NUL included
   const size_t n = std::min(name.size(), kept.size() - 1);
   std::copy_n(name.data(), n, kept.data());
-  pthread_setname_np(pthread_self(), kept.data());
+  // Fails only if the thread has already ended, when no one can see it.
+  pthread_setname_np(thread.native_handle(), kept.data());
 }
 
 }  // namespace delayd

@@ -7,23 +7,24 @@
 // name: `pgrep delayd` and `ps -C delayd` match that one.
 #pragma once
 
-#include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
 
 namespace delayd {
 
-// Names the calling thread `name`, cut to the 15 bytes Linux keeps.
-void NameThisThread(std::string_view name);
+// Names `thread` `name`, cut to the 15 bytes Linux keeps.
+void NameThread(std::thread& thread, std::string_view name);
 
-// A thread that names itself `name`, then runs `body`.
+// A thread that runs `body`, already named `name` when this returns: the
+// starting thread names it, so whoever looks right after (an operator, a
+// test after /readyz) never sees the name it inherited. The body may run a
+// moment under the inherited name; nothing in it reads its own.
 template <typename Body>
 std::thread StartNamedThread(std::string_view name, Body&& body) {
-  return std::thread([name = std::string(name), body = std::forward<Body>(body)]() mutable {
-    NameThisThread(name);
-    body();
-  });
+  std::thread thread(std::forward<Body>(body));
+  NameThread(thread, name);
+  return thread;
 }
 
 }  // namespace delayd

@@ -76,6 +76,18 @@ void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
 }
 
+ThreadNames ThreadNamesOf(pid_t pid) {
+  ThreadNames names;
+  const std::string task = "/proc/" + std::to_string(pid) + "/task/";
+  for (const auto& entry : std::filesystem::directory_iterator(task)) {
+    std::string comm;
+    std::getline(std::ifstream(entry.path() / "comm"), comm);
+    names.all.insert(comm);
+    if (entry.path().filename() == std::to_string(pid)) names.first = comm;
+  }
+  return names;
+}
+
 std::pair<int, std::string> RefusedStart(const std::vector<std::string>& args) {
   const std::string dir = MakeTempDir("delayd-refused");
   std::vector<std::string> argv = {DelaydBin()};

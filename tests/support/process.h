@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,14 @@ std::string DelaydBin();
 std::string ReadFile(const std::string& path);
 // Replaces `path`'s contents with `text`.
 void WriteFile(const std::string& path, const std::string& text);
+
+// The names a running process's threads carry (/proc/PID/task/*/comm), what
+// `ps -L` and `top -H` show: its first thread's, and every thread's.
+struct ThreadNames {
+  std::string first;
+  std::multiset<std::string> all;
+};
+ThreadNames ThreadNamesOf(pid_t pid);
 
 // delayd started with `args` (after the binary) that must refuse to start:
 // its exit status once it has ended (20 s at most) and its log.
