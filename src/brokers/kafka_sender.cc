@@ -198,14 +198,18 @@ void KafkaSender::Send(OutRequest req, Callback done) {
   if (stopped_) return;
   const int64_t now_us = clock_.SteadyMicros();
   DropIdle(now_us);
-  std::string why;
-  std::optional<KafkaUrl> url = ParseKafkaUrl(req.url, &why);
-  if (!url) {
+  const ParsedUrl& parsed = urls_.Get(req.url, [](std::string_view text) {
+    ParsedUrl p;
+    p.url = ParseKafkaUrl(text, &p.why);
+    return p;
+  });
+  if (!parsed.url) {
     OutResult r;
     r.not_sent = true;
-    r.error = "not sent: " + req.url.substr(0, 200) + " " + why;
+    r.error = "not sent: " + req.url.substr(0, 200) + " " + parsed.why;
     return Fail(std::move(done), std::move(r));
   }
+  const KafkaUrl* url = &*parsed.url;
   const Properties* props = nullptr;
   if (!url->properties.empty()) {
     auto it = properties_.find(url->properties);

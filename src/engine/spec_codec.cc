@@ -173,17 +173,7 @@ std::shared_ptr<const JobSpec> DecodeSpec(const std::string& text) {
 
 std::shared_ptr<const JobSpec> SpecCache::Decode(const std::string& text) {
   if (text.empty()) return nullptr;
-  for (const Entry& e : entries_) {
-    if (e.text == text) return e.spec;
-  }
-  std::shared_ptr<const JobSpec> spec = DecodeSpec(text);
-  if (entries_.size() < kEntries) {
-    entries_.push_back({text, spec});
-  } else {
-    entries_[next_] = {text, spec};
-    next_ = (next_ + 1) % kEntries;
-  }
-  return spec;
+  return specs_.Get(text, [&text](std::string_view) { return DecodeSpec(text); });
 }
 
 std::string EncodeSettings(const TopicSettings& s) {

@@ -15,9 +15,9 @@
 
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "common/json_writer.h"
+#include "common/recent_cache.h"
 #include "engine/spec.h"
 
 namespace delayd::engine {
@@ -40,12 +40,7 @@ class SpecCache {
   static constexpr size_t kEntries = 16;
 
  private:
-  struct Entry {
-    std::string text;
-    std::shared_ptr<const JobSpec> spec;
-  };
-  std::vector<Entry> entries_;  // at most kEntries
-  size_t next_ = 0;             // the entry a miss replaces once full
+  RecentCache<std::shared_ptr<const JobSpec>, kEntries> specs_;
 };
 
 std::string EncodeSettings(const TopicSettings& s);
