@@ -149,12 +149,17 @@ TEST_F(KafkaSenderTest, ABrokerThePolicyRefusesIsNeverConnectedTo) {
   EXPECT_TRUE(kafka_.Consume("orders", 1, 2s).empty());
 }
 
+// Sent twice: the second answer comes from the parsed URLs the sender
+// keeps, and still says why.
 TEST_F(KafkaSenderTest, ABadUrlIsNotSent) {
-  OutRequest req = Request(1, "k", "x");
-  req.url = "kafka://" + kafka_.bootstrap() + "/bad topic";
-  auto r = SendAndWait(std::move(req));
-  ASSERT_TRUE(r);
-  EXPECT_TRUE(r->not_sent);
+  for (int i = 0; i < 2; ++i) {
+    OutRequest req = Request(1, "k", "x");
+    req.url = "kafka://" + kafka_.bootstrap() + "/bad topic";
+    auto r = SendAndWait(std::move(req));
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->not_sent);
+    EXPECT_NE(r->error.find("characters other than"), std::string::npos) << i << ": " << r->error;
+  }
   EXPECT_EQ(sender_->producers(), 0u);
 }
 
